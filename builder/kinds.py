@@ -1,0 +1,161 @@
+"""Layer kinds: one folder under layers/ each, holding kind.yaml (parameters, checks), fragment.j2
+and optional files/ that are sent in the build context. Adding a framework means adding a folder."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import SpecError
+from .params import TYPES, ParamError, ParamSpec
+from .yamlsrc import Doc, dotted, load_file
+
+ROLES = ("base", "layer", "project", "runtime")
+CUDA_MODES = ("never", "always", "if-base-cuda")
+# The in-image check types that builder.checks knows how to run. Kept here so a typo in a
+# kind.yaml fails at load time, not after an hour of building.
+CHECK_TYPES = ("import", "dist-version", "pip-check", "ds-report", "env", "python", "command",
+               "source-commit", "torch-unchanged")
+KIND_KEYS = {"description", "role", "base_family", "needs", "provides", "compiles_cuda",
+             "compiles_cuda_param", "params", "checks"}
+PARAM_KEYS = {"type", "required", "default", "choices", "doc"}
+CHECK_KEYS = {"id", "check", "gpu", "args", "doc"}
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """A check a kind contributes; args values of the form 'param:NAME' are taken from the layer."""
+
+    id: str
+    check: str
+    gpu: bool
+    args: tuple  # sorted (name, value) pairs
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    folder: Path
+    description: str
+    role: str
+    base_family: str | None
+    needs: tuple
+    provides: tuple
+    compiles_cuda: str
+    compiles_cuda_param: str | None
+    params: dict = field(hash=False)
+    checks: tuple = ()
+    files: tuple = ()  # (relative path, sha256, mode) of everything under files/, sorted
+
+    @property
+    def fragment(self) -> str:
+        return f"{self.name}/fragment.j2"
+
+
+def _require(doc: Doc, path: tuple, value: Any, types: type | tuple, what: str) -> Any:
+    if not isinstance(value, types) or isinstance(value, bool) and types is not bool:
+        raise doc.error(path, f"expected {what}")
+    return value
+
+
+def _strings(doc: Doc, path: tuple, value: Any) -> tuple:
+    _require(doc, path, value, list, "a list of names")
+    for i, item in enumerate(value):
+        _require(doc, path + (i,), item, str, "a name")
+    return tuple(value)
+
+
+def _unknown(doc: Doc, path: tuple, mapping: dict, allowed: set) -> None:
+    for key in mapping:
+        if key not in allowed:
+            raise doc.error(path + (key,), f"unknown key {key!r}", hint="allowed: " + ", ".join(sorted(allowed)))
+
+
+def _hash_files(folder: Path) -> tuple:
+    out = []
+    if folder.is_dir():
+        for root, dirs, names in os.walk(folder):
+            dirs.sort()
+            for name in sorted(names):
+                path = Path(root) / name
+                rel = path.relative_to(folder.parent).as_posix()
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                mode = "755" if os.access(path, os.X_OK) else "644"
+                out.append((rel, digest, mode))
+    return tuple(out)
+
+
+def load_kind(folder: Path) -> Kind:
+    doc = load_file(folder / "kind.yaml")
+    data = doc.data
+    _require(doc, (), data, dict, "a mapping")
+    _unknown(doc, (), data, KIND_KEYS)
+    for key in ("description", "role"):
+        if key not in data:
+            raise doc.error((key,), "missing required key")
+    role = data["role"]
+    if role not in ROLES:
+        raise doc.error(("role",), f"{role!r} is not a role", hint="allowed: " + ", ".join(ROLES))
+    cuda = data.get("compiles_cuda", "never")
+    if cuda not in CUDA_MODES:
+        raise doc.error(("compiles_cuda",), f"{cuda!r} is not allowed", hint="allowed: " + ", ".join(CUDA_MODES))
+    params: dict[str, ParamSpec] = {}
+    for pname, pdef in _require(doc, ("params",), data.get("params", {}), dict, "a mapping").items():
+        path = ("params", pname)
+        _require(doc, path, pdef, dict, "a mapping with a type")
+        _unknown(doc, path, pdef, PARAM_KEYS)
+        ptype = pdef.get("type")
+        if ptype not in TYPES:
+            raise doc.error(path + ("type",), f"{ptype!r} is not a parameter type", hint="allowed: " + ", ".join(TYPES))
+        spec = ParamSpec(name=pname, type=ptype, required=bool(pdef.get("required", False)),
+                         choices=tuple(pdef.get("choices", ())), doc=str(pdef.get("doc", "")))
+        if "default" in pdef and pdef["default"] is not None:
+            try:
+                spec = ParamSpec(**{**spec.__dict__, "default": spec.convert(pdef["default"])})
+            except ParamError as exc:
+                raise doc.error(path + ("default",) + exc.path, exc.reason) from None
+        params[pname] = spec
+    cparam = data.get("compiles_cuda_param")
+    if cparam is not None and cparam not in params:
+        raise doc.error(("compiles_cuda_param",), f"{cparam!r} is not a parameter of this kind")
+    checks = []
+    for i, cdef in enumerate(_require(doc, ("checks",), data.get("checks", []), list, "a list")):
+        path = ("checks", i)
+        _require(doc, path, cdef, dict, "a mapping")
+        _unknown(doc, path, cdef, CHECK_KEYS)
+        if cdef.get("check") not in CHECK_TYPES:
+            raise doc.error(path + ("check",), f"{cdef.get('check')!r} is not a check type",
+                            hint="allowed: " + ", ".join(CHECK_TYPES))
+        if not isinstance(cdef.get("id"), str):
+            raise doc.error(path + ("id",), "every check needs an id")
+        args = _require(doc, path + ("args",), cdef.get("args", {}), dict, "a mapping")
+        for key, value in args.items():
+            if isinstance(value, str) and value.startswith("param:") and value[6:] not in params:
+                raise doc.error(path + ("args", key), f"{value!r} names no parameter of this kind")
+        checks.append(CheckSpec(id=f"{folder.name}.{cdef['id']}", check=cdef["check"],
+                                gpu=bool(cdef.get("gpu", False)), args=tuple(sorted(args.items())),
+                                doc=str(cdef.get("doc", ""))))
+    if not (folder / "fragment.j2").is_file():
+        raise SpecError("layer kind has no fragment.j2", file=str(folder))
+    return Kind(name=folder.name, folder=folder, description=str(data["description"]), role=role,
+                base_family=data.get("base_family"), needs=_strings(doc, ("needs",), data.get("needs", [])),
+                provides=_strings(doc, ("provides",), data.get("provides", [])), compiles_cuda=cuda,
+                compiles_cuda_param=cparam, params=params, checks=tuple(checks),
+                files=_hash_files(folder / "files"))
+
+
+def load_kinds(layers_dir: Path) -> dict[str, Kind]:
+    if not layers_dir.is_dir():
+        raise SpecError("layers folder not found", file=str(layers_dir))
+    kinds = {}
+    for folder in sorted(layers_dir.iterdir()):
+        if folder.is_dir() and (folder / "kind.yaml").exists():
+            kinds[folder.name] = load_kind(folder)
+    return kinds
+
+
+__all__ = ["Kind", "CheckSpec", "load_kind", "load_kinds", "dotted"]

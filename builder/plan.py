@@ -1,0 +1,174 @@
+"""The plan: every stack becomes a chain of layer builds; equal prefixes across stacks are one node.
+
+A node's content key is a hash over everything that can change its bytes: the rendered Dockerfile,
+the parent's key (or the base image's digest), the context files, the source commits, the wheels,
+the build args (every arch list spelling) and the builder version. A key found in the registry is
+never built again, on any machine. The inputs are kept beside the key so that `plan` and `diff`
+can say which input moved it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from . import __version__
+from .kinds import CheckSpec
+from .params import GitPin, WheelPin
+from .render import CudaTargets, render_layer
+from .spec import LayerDef, Spec, Stack
+
+PLATFORM = "linux/amd64"
+KEY_LEN = 32  # hex digits kept in tags; 128 bits
+
+
+def sha256(data: str | bytes) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Node:
+    key: str
+    layer: LayerDef
+    parent: str | None          # parent node key; None for the node on the base image
+    base_ref: str | None        # the base image reference (with digest when known) for root nodes
+    dockerfile: str
+    inputs: dict = field(hash=False, compare=False)   # input name -> value or digest (what makes the key)
+    build_args: dict = field(hash=False, compare=False)
+    checks: tuple = ()          # CheckSpec with resolved args: its own and those of every layer beneath
+
+    @property
+    def name(self) -> str:
+        return self.layer.name
+
+    @property
+    def short(self) -> str:
+        return self.key[:KEY_LEN]
+
+    @property
+    def sources(self) -> dict:
+        return {k: v for k, v in self.layer.params if isinstance(v, GitPin)}
+
+    @property
+    def wheels(self) -> dict:
+        return {k: v for k, v in self.layer.params if isinstance(v, WheelPin)}
+
+
+@dataclass
+class Plan:
+    spec: Spec
+    nodes: dict = field(default_factory=dict)     # key -> Node, in build order (parents first)
+    stacks: dict = field(default_factory=dict)    # stack name -> tuple of node keys, bottom to top
+    users: dict = field(default_factory=dict)     # key -> [stack names]
+    unresolved: set = field(default_factory=set)  # base names whose digest is not known
+
+    def chain(self, stack: str) -> list[Node]:
+        return [self.nodes[k] for k in self.stacks[stack]]
+
+    def top(self, stack: str) -> Node:
+        return self.nodes[self.stacks[stack][-1]]
+
+    def to_json(self) -> dict:
+        """The DAG for machines (a CI matrix): nodes parents-first, each with its inputs and users."""
+        return {
+            "builder_version": __version__,
+            "registry": self.spec.site.registry,
+            "namespace": self.spec.site.namespace,
+            "keys_final": not self.unresolved,
+            "unresolved_bases": sorted(self.unresolved),
+            "stacks": {name: {"nodes": [k[:KEY_LEN] for k in keys], "tags": list(self.spec.stacks[name].tags),
+                              "spec_hash": self.spec.stacks[name].spec_hash()}
+                       for name, keys in self.stacks.items()},
+            "nodes": [
+                {"key": n.short, "full_key": n.key, "layer": n.name, "kind": n.layer.kind.name,
+                 "parent": n.parent[:KEY_LEN] if n.parent else None, "base": n.base_ref,
+                 "image": image_ref(self.spec, n), "stacks": self.users[n.key], "inputs": n.inputs,
+                 "build_args": n.build_args,
+                 "checks": [{"id": c.id, "check": c.check, "gpu": c.gpu} for c in n.checks]}
+                for n in self.nodes.values()
+            ],
+        }
+
+
+def image_ref(spec: Spec, node: Node) -> str:
+    """Where a node's image lives in the registry: one repository per layer name, tagged by key."""
+    return f"{spec.site.registry}/{spec.site.namespace}/layers/{node.name}:{node.short}"
+
+
+def plain(value):
+    """A parameter value as JSON data: versions as text, pins as their commit, tuples as lists."""
+    if isinstance(value, GitPin):
+        return value.commit
+    if isinstance(value, WheelPin):
+        return value.file
+    if isinstance(value, tuple):
+        return [plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return str(value)
+
+
+def _resolve_args(check: CheckSpec, layer: LayerDef) -> CheckSpec:
+    args = tuple((name, plain(layer.param(value[6:])) if isinstance(value, str) and value.startswith("param:")
+                  else value) for name, value in check.args)
+    return CheckSpec(id=check.id, check=check.check, gpu=check.gpu, args=args, doc=check.doc)
+
+
+def base_ref(spec: Spec, stack: Stack, digests: dict) -> tuple[str, bool]:
+    """The base reference used in FROM and in the key; False when its digest is not known yet."""
+    ref = stack.base.ref(spec.site)
+    digest = digests.get(stack.base.name) or stack.base.digest
+    return (f"{ref}@{digest}", True) if digest else (ref, False)
+
+
+def node_inputs(spec: Spec, stack: Stack, layer: LayerDef, parent: str, text: str) -> tuple[dict, dict]:
+    build_args = CudaTargets.of(stack).build_args() if stack.compiles_cuda(layer) else {}
+    inputs = {
+        "builder_version": __version__,
+        "platform": PLATFORM,
+        "parent": parent,
+        "dockerfile": sha256(text),
+        "files": {rel: f"{digest}:{mode}" for rel, digest, mode in layer.kind.files},
+        "sources": {k: v.commit for k, v in layer.params if isinstance(v, GitPin)},
+        "wheels": {v.file: v.sha256 for _, v in layer.params if isinstance(v, WheelPin)},
+        "build_args": build_args,
+    }
+    return inputs, build_args
+
+
+def make_key(inputs: dict) -> str:
+    return sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")))
+
+
+def make_plan(spec: Spec, stacks: Iterable[str] | None = None, digests: dict | None = None) -> Plan:
+    """Plan the named stacks (all when None). digests maps base names to digests resolved from a
+    registry or lock file; without them a base's declared digest is used, else the keys are provisional."""
+    digests = digests or {}
+    plan = Plan(spec=spec)
+    for name in (stacks if stacks is not None else spec.stacks):
+        stack = spec.stack(name)
+        ref, known = base_ref(spec, stack, digests)
+        if not known:
+            plan.unresolved.add(stack.base.name)
+        parent_key: str | None = None
+        checks: tuple = ()
+        keys = []
+        for layer in stack.chain:
+            text = render_layer(spec, stack, layer)
+            parent_input = parent_key or f"base:{ref}"
+            inputs, build_args = node_inputs(spec, stack, layer, parent_input, text)
+            key = make_key(inputs)
+            checks = checks + tuple(_resolve_args(c, layer) for c in layer.kind.checks)
+            if key not in plan.nodes:
+                plan.nodes[key] = Node(key=key, layer=layer, parent=parent_key,
+                                       base_ref=None if parent_key else ref, dockerfile=text,
+                                       inputs=inputs, build_args=build_args, checks=checks)
+                plan.users[key] = []
+            if name not in plan.users[key]:
+                plan.users[key].append(name)
+            keys.append(key)
+            parent_key = key
+        plan.stacks[name] = tuple(keys)
+    return plan

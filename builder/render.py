@@ -1,0 +1,116 @@
+"""Rendering: one Jinja environment, Dockerfile.j2 as the skeleton, a fragment per layer kind.
+
+Rendering is pure: equal inputs give byte-identical text. Nothing time- or host-dependent goes into
+the text (timestamps and build ids are passed as --label at build time), so content keys are stable.
+Every spec value passes through a quoting filter that refuses control characters, so no value can
+start a new Dockerfile instruction.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from .errors import RenderError
+from .params import CONTROL, GitPin, WheelPin
+from .spec import LayerDef, Spec, Stack
+
+# Instructions a fragment may not write: the skeleton owns the stage and the labels.
+FORBIDDEN = re.compile(r"^\s*(FROM|LABEL|MAINTAINER)\b", re.IGNORECASE | re.MULTILINE)
+
+
+def _check(value: Any) -> str:
+    value = str(value)
+    if CONTROL.search(value):
+        raise RenderError(f"refusing to write {value!r} into a Dockerfile: it holds a control character")
+    return value
+
+
+def dq(value: Any) -> str:
+    """Double-quoted for ENV/ARG values: \\ " $ and ` escaped, so the value is taken literally."""
+    value = _check(value)
+    return '"' + re.sub(r'([\\"$`])', r"\\\1", value) + '"'
+
+
+def sh(value: Any) -> str:
+    """One shell word, single-quoted where needed."""
+    return shlex.quote(_check(value))
+
+
+def shjoin(values: Any) -> str:
+    return " ".join(sh(v) for v in values)
+
+
+@cache
+def environment(root: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(root), str(root / "layers")]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters.update(dq=dq, sh=sh, shjoin=shjoin)
+    return env
+
+
+@dataclass(frozen=True)
+class CudaTargets:
+    """The one arch list of a stack, spelled the ways the build tools want it."""
+
+    torch_arch_list: str      # 9.0;10.0  (TORCH_CUDA_ARCH_LIST, DeepSpeed, apex)
+    nvte_archs: str           # 90;100    (NVTE_CUDA_ARCHS: integers, TE issue #976)
+    cmake_archs: str          # 90;100    (CMAKE_CUDA_ARCHITECTURES)
+
+    @classmethod
+    def of(cls, stack: Stack) -> "CudaTargets":
+        lst = stack.arch_list
+        ints = ";".join(cc.replace(".", "") for cc in lst.split(";"))
+        return cls(torch_arch_list=lst, nvte_archs=ints, cmake_archs=ints)
+
+    def build_args(self) -> dict:
+        return {"TORCH_CUDA_ARCH_LIST": self.torch_arch_list, "NVTE_CUDA_ARCHS": self.nvte_archs,
+                "CMAKE_CUDA_ARCHITECTURES": self.cmake_archs}
+
+
+def layer_context(stack: Stack, layer: LayerDef) -> dict:
+    """What a fragment sees. Only what can change the layer's bytes: never the stack's name, so that
+    stacks sharing a prefix share its images."""
+    params = dict(layer.params)
+    sources = {k: f"sources/{k}" for k, v in params.items() if isinstance(v, GitPin)}
+    wheels = {k: v for k, v in params.items() if isinstance(v, WheelPin)}
+    cuda = CudaTargets.of(stack) if stack.compiles_cuda(layer) else None
+    return {
+        "layer": {"name": layer.name, "kind": layer.kind.name},
+        "params": params,
+        "base": {"family": stack.base.family, "has_cuda": stack.base.has_cuda,
+                 **{k: str(v) for k, v in stack.base.provides}},
+        "cuda": cuda,
+        "sources": sources,
+        "wheels": wheels,
+    }
+
+
+def render_layer(spec: Spec, stack: Stack, layer: LayerDef) -> str:
+    env = environment(spec.root)
+    ctx = layer_context(stack, layer)
+    try:
+        fragment = env.get_template(layer.kind.fragment).render(**ctx)
+        bad = FORBIDDEN.search(fragment)
+        if bad:
+            raise RenderError(f"layers/{layer.kind.fragment} writes {bad.group(1).upper()}; fragments must "
+                              "not: the skeleton Dockerfile.j2 writes the stage and the labels")
+        text = env.get_template("Dockerfile.j2").render(fragment=fragment.strip("\n"), **ctx)
+    except jinja2.TemplateError as exc:
+        where = getattr(exc, "filename", None) or layer.kind.fragment
+        line = getattr(exc, "lineno", None)
+        raise RenderError(f"{where}{':' + str(line) if line else ''}: {exc.message or exc}") from None
+    # Collapse runs of blank lines left by conditional blocks: the text is meant to be read.
+    return re.sub(r"\n{3,}", "\n\n", text)

@@ -1,0 +1,361 @@
+"""stacks.yaml: the site's one source of truth, loaded once into frozen, typed models.
+
+Every refusal names the file, the line, the key path, the reason and, where there is a closed set,
+the allowed values. Nothing here touches Docker, the network or the registry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from . import catalog
+from .errors import SpecError
+from .kinds import Kind, load_kinds
+from .params import ParamError, text, type_name, version
+from .yamlsrc import Doc, load_file
+
+NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
+IMAGE_REF = re.compile(r"^(?:\{registry\}/)?[a-zA-Z0-9][a-zA-Z0-9._:/-]*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$")
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]+)?$")
+FAMILIES = ("ngc-pytorch", "debian")
+PROVIDES = ("python", "torch", "cuda", "cudnn", "nccl", "transformer_engine", "apex", "numpy", "os")
+TAG_FIELDS = ("stack", "date", "torch", "cuda", "python", "deepspeed", "megatron", "transformer_engine", "apex", "nccl")
+DEFAULT_TAGS = ("{stack}", "{stack}-{date}")
+SECTIONS = {"layers": ("base", "layer"), "projects": ("project",), "runtimes": ("runtime",)}
+TOP_KEYS = {"version", "site", "bases", "layers", "projects", "runtimes", "stacks"}
+SITE_KEYS = {"registry", "namespace", "description"}
+BASE_KEYS = {"image", "digest", "family", "provides", "source", "description"}
+LAYER_KEYS = {"kind", "params", "description"}
+STACK_KEYS = {"extends", "description", "base", "layers", "project", "runtime", "gpus", "tags"}
+DEFAULT_REGISTRY = "127.0.0.1:5000"
+DEFAULT_NAMESPACE = "imgbuild"
+
+
+@dataclass(frozen=True)
+class Site:
+    registry: str = DEFAULT_REGISTRY
+    namespace: str = DEFAULT_NAMESPACE
+
+
+@dataclass(frozen=True)
+class Base:
+    name: str
+    image: str            # as written, '{registry}' not yet substituted
+    digest: str | None    # sha256:..., or None until locked / resolved from the registry
+    family: str
+    provides: tuple       # sorted (name, Version | str) pairs
+    source: str
+
+    def fact(self, name: str) -> Any:
+        return dict(self.provides).get(name)
+
+    @property
+    def has_cuda(self) -> bool:
+        return self.fact("cuda") is not None
+
+    def ref(self, site: Site) -> str:
+        return self.image.replace("{registry}", site.registry)
+
+
+@dataclass(frozen=True)
+class LayerDef:
+    name: str
+    section: str
+    kind: Kind
+    params: tuple  # sorted (name, typed value) pairs, defaults filled in
+    line: int | None
+
+    def param(self, name: str) -> Any:
+        return dict(self.params)[name]
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    description: str
+    base: Base
+    chain: tuple   # LayerDef, bottom to top: base adapter, layers..., project, runtime
+    gpus: tuple    # catalog.Gpu
+    tags: tuple    # tag templates
+    line: int | None
+
+    def compiles_cuda(self, layer: LayerDef) -> bool:
+        kind = layer.kind
+        if kind.compiles_cuda == "never" or (kind.compiles_cuda == "if-base-cuda" and not self.base.has_cuda):
+            return False
+        return not kind.compiles_cuda_param or bool(layer.param(kind.compiles_cuda_param))
+
+    @property
+    def arch_list(self) -> str:
+        """TORCH_CUDA_ARCH_LIST for the target GPUs, sorted numerically, e.g. '8.0;9.0'."""
+        ccs = sorted({g.cc for g in self.gpus}, key=lambda cc: tuple(int(p) for p in cc.split(".")))
+        return ";".join(ccs)
+
+    def spec_hash(self) -> str:
+        """Hash of everything stacks.yaml says about this stack (the 'spec hash' label)."""
+        body = {"base": [self.base.image, self.base.digest, [list(map(str, p)) for p in self.base.provides]],
+                "chain": [[d.name, d.kind.name, _jsonable(d.params)] for d in self.chain],
+                "gpus": [g.name for g in self.gpus], "tags": list(self.tags)}
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Spec:
+    file: str
+    root: Path
+    site: Site
+    bases: dict
+    layers: dict   # every LayerDef by name (layers, projects and runtimes share one namespace)
+    stacks: dict
+    kinds: dict
+
+    def stack(self, name: str) -> Stack:
+        if name not in self.stacks:
+            raise SpecError(f"no stack named {name!r}", file=self.file,
+                            hint="stacks: " + ", ".join(sorted(self.stacks)))
+        return self.stacks[name]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: _jsonable(getattr(value, k)) for k in value.__dataclass_fields__}
+    return str(value)
+
+
+class _Loader:
+    def __init__(self, doc: Doc, kinds: dict[str, Kind]):
+        self.doc, self.kinds = doc, kinds
+
+    def err(self, path: tuple, reason: str, hint: str | None = None) -> SpecError:
+        return self.doc.error(path, reason, hint)
+
+    def mapping(self, path: tuple, value: Any, allowed: set | None = None, what: str = "a mapping") -> dict:
+        if not isinstance(value, dict):
+            raise self.err(path, f"expected {what}, got {type_name(value)}")
+        if allowed is not None:
+            for key in value:
+                if key not in allowed:
+                    raise self.err(path + (key,), f"unknown key {key!r}", hint="allowed: " + ", ".join(sorted(allowed)))
+        return value
+
+    def string(self, path: tuple, value: Any) -> str:
+        try:
+            return text(value)
+        except ParamError as exc:
+            raise self.err(path, exc.reason) from None
+
+    def name(self, path: tuple, value: str) -> str:
+        if not NAME.match(value):
+            raise self.err(path, f"{value!r} is not a valid name: use lowercase letters, digits and . _ - "
+                           "(it becomes part of image names)")
+        return value
+
+    def required(self, path: tuple, mapping: dict, key: str) -> Any:
+        if key not in mapping or mapping[key] is None:
+            raise self.err(path, f"missing required key {key!r}")
+        return mapping[key]
+
+    # -- sections -------------------------------------------------------------------------------
+
+    def site(self, data: dict) -> Site:
+        raw = self.mapping(("site",), data.get("site", {}), SITE_KEYS)
+        registry = self.string(("site", "registry"), raw.get("registry", DEFAULT_REGISTRY))
+        if not REGISTRY.match(registry):
+            raise self.err(("site", "registry"), f"{registry!r} is not a registry host[:port]")
+        namespace = self.string(("site", "namespace"), raw.get("namespace", DEFAULT_NAMESPACE))
+        if not all(NAME.match(p) for p in namespace.split("/")):
+            raise self.err(("site", "namespace"), f"{namespace!r} is not a valid repository path")
+        return Site(registry=registry, namespace=namespace)
+
+    def base(self, name: str, raw: Any) -> Base:
+        path = ("bases", name)
+        raw = self.mapping(path, raw, BASE_KEYS)
+        image = self.string(path + ("image",), self.required(path, raw, "image"))
+        if "@" in image or not IMAGE_REF.match(image):
+            raise self.err(path + ("image",), f"{image!r} is not an image reference (name:tag; put the digest "
+                           "under 'digest')")
+        digest = raw.get("digest")
+        if digest is not None and (not isinstance(digest, str) or not DIGEST.match(digest)):
+            raise self.err(path + ("digest",), f"{digest!r} is not a digest (sha256: and 64 hex digits)")
+        family = self.required(path, raw, "family")
+        if family not in FAMILIES:
+            raise self.err(path + ("family",), f"{family!r} is not a base family", hint="allowed: " + ", ".join(FAMILIES))
+        provides = {}
+        for key, value in self.mapping(path + ("provides",), raw.get("provides", {}), set(PROVIDES)).items():
+            try:
+                provides[key] = text(value) if key == "os" else version(value)
+            except ParamError as exc:
+                raise self.err(path + ("provides", key), exc.reason) from None
+        return Base(name=name, image=image, digest=digest, family=family,
+                    provides=tuple(sorted(provides.items())), source=str(raw.get("source", "")))
+
+    def layer(self, section: str, name: str, raw: Any) -> LayerDef:
+        path = (section, name)
+        raw = self.mapping(path, raw, LAYER_KEYS)
+        kind_name = self.required(path, raw, "kind")
+        if kind_name not in self.kinds:
+            raise self.err(path + ("kind",), f"unknown layer kind {kind_name!r}",
+                           hint="kinds (folders under layers/): " + ", ".join(sorted(self.kinds)))
+        kind = self.kinds[kind_name]
+        if kind.role not in SECTIONS[section]:
+            raise self.err(path + ("kind",), f"kind {kind_name!r} has role {kind.role!r} and cannot be "
+                           f"declared under {section!r}",
+                           hint={"base": "layers", "layer": "layers", "project": "projects",
+                                 "runtime": "runtimes"}[kind.role] + " is where it belongs")
+        given = self.mapping(path + ("params",), raw.get("params", {}) or {})
+        params = {}
+        for key in given:
+            if key not in kind.params:
+                raise self.err(path + ("params", key), f"unknown parameter {key!r} for kind {kind_name!r}",
+                               hint="allowed: " + ", ".join(sorted(kind.params)))
+        for pname, pspec in kind.params.items():
+            if pname in given and given[pname] is not None:
+                try:
+                    params[pname] = pspec.convert(given[pname])
+                except ParamError as exc:
+                    raise self.err(path + ("params", pname) + exc.path, exc.reason, exc.hint) from None
+            elif pspec.required:
+                raise self.err(path + ("params",), f"missing required parameter {pname!r} of kind {kind_name!r}"
+                               + (f" ({pspec.doc})" if pspec.doc else ""))
+            else:
+                params[pname] = pspec.default
+        return LayerDef(name=name, section=section, kind=kind, params=tuple(sorted(params.items())),
+                        line=self.doc.line(path))
+
+    def stack_raw(self, stacks: dict, name: str, seen: tuple = ()) -> dict:
+        """Merge a stack with the stacks it extends, refusing cycles with the whole loop named."""
+        path = ("stacks", name)
+        raw = self.mapping(path, stacks[name], STACK_KEYS)
+        parent = raw.get("extends")
+        if parent is None:
+            return dict(raw)
+        if not isinstance(parent, str) or parent not in stacks:
+            raise self.err(path + ("extends",), f"unknown stack {parent!r}",
+                           hint="stacks: " + ", ".join(sorted(stacks)))
+        if parent in seen + (name,):
+            loop = " -> ".join(seen + (name, parent))
+            raise self.err(path + ("extends",), f"stacks extend each other in a cycle: {loop}")
+        merged = self.stack_raw(stacks, parent, seen + (name,))
+        merged.update({k: v for k, v in raw.items() if k != "extends"})
+        return merged
+
+    def stack(self, name: str, raw: dict, bases: dict, layers: dict) -> Stack:
+        path = ("stacks", name)
+
+        def ref(key: str, value: Any, section: str, pool: dict) -> Any:
+            where = path + ((key,) if not isinstance(value, tuple) else value[0])
+            if isinstance(value, tuple):
+                value = value[1]
+            if not isinstance(value, str):
+                raise self.err(where, f"expected a name, got {type_name(value)}")
+            if value not in pool or (section != "bases" and pool[value].section != section):
+                names = sorted(n for n, d in pool.items() if section == "bases" or d.section == section)
+                raise self.err(where, f"unknown {section[:-1]} {value!r}", hint=f"{section}: " + ", ".join(names))
+            return pool[value]
+
+        base = ref("base", self.required(path, raw, "base"), "bases", bases)
+        names = raw.get("layers", [])
+        if not isinstance(names, list) or not names:
+            raise self.err(path + ("layers",), "expected a non-empty list of layer names")
+        chain = [ref("layers", (("layers", i), n), "layers", layers) for i, n in enumerate(names)]
+        if raw.get("project") is not None:
+            chain.append(ref("project", raw["project"], "projects", layers))
+        if raw.get("runtime") is not None:
+            chain.append(ref("runtime", raw["runtime"], "runtimes", layers))
+        gpus = []
+        raw_gpus = raw.get("gpus", [])
+        if not isinstance(raw_gpus, list):
+            raise self.err(path + ("gpus",), f"expected a list of GPU names, got {type_name(raw_gpus)}")
+        for i, gname in enumerate(raw_gpus):
+            if gname not in catalog.gpus():
+                raise self.err(path + ("gpus", i), f"unknown GPU {gname!r}",
+                               hint="catalog GPUs: " + ", ".join(catalog.gpus()))
+            gpus.append(catalog.gpus()[gname])
+        tags = raw.get("tags", list(DEFAULT_TAGS))
+        if not isinstance(tags, list) or not tags:
+            raise self.err(path + ("tags",), "expected a non-empty list of tag templates")
+        for i, tag in enumerate(tags):
+            tag = self.string(path + ("tags", i), tag)
+            for fieldname in re.findall(r"\{([^}]*)\}", tag):
+                if fieldname not in TAG_FIELDS:
+                    raise self.err(path + ("tags", i), f"unknown tag field {{{fieldname}}}",
+                                   hint="allowed: " + ", ".join("{%s}" % f for f in TAG_FIELDS))
+            if not re.fullmatch(r"[A-Za-z0-9_.{}-]+", tag):
+                raise self.err(path + ("tags", i), f"{tag!r} has characters a Docker tag cannot hold")
+        stack = Stack(name=name, description=str(raw.get("description", "")), base=base, chain=tuple(chain),
+                      gpus=tuple(gpus), tags=tuple(tags), line=self.doc.line(path))
+        self.check_chain(stack, path)
+        return stack
+
+    def check_chain(self, stack: Stack, path: tuple) -> None:
+        first = stack.chain[0]
+        if first.kind.role != "base":
+            raise self.err(path + ("layers", 0), f"the first layer must adopt the base image (a layer of a "
+                           f"kind with role 'base'); {first.name!r} is of kind {first.kind.name!r}")
+        if first.kind.base_family != stack.base.family:
+            raise self.err(path + ("layers", 0), f"layer {first.name!r} adopts {first.kind.base_family!r} bases "
+                           f"but base {stack.base.name!r} is a {stack.base.family!r} image")
+        provided = {k for k, _ in stack.base.provides}
+        seen = set()
+        for i, layer in enumerate(stack.chain):
+            if layer.name in seen:
+                raise self.err(path + ("layers",), f"layer {layer.name!r} appears twice in the stack")
+            seen.add(layer.name)
+            if i and layer.kind.role == "base":
+                raise self.err(path + ("layers", i), f"{layer.name!r} adopts a base image and can only be first")
+            missing = [n for n in layer.kind.needs if n not in provided]
+            if missing:
+                raise self.err(path + ("layers",), f"layer {layer.name!r} (kind {layer.kind.name}) needs "
+                               f"{', '.join(missing)}, which no layer beneath it nor the base provides")
+            provided.update(layer.kind.provides)
+            if stack.compiles_cuda(layer) and not stack.gpus:
+                raise self.err(path + ("gpus",), f"layer {layer.name!r} compiles CUDA code but the stack names "
+                               "no target GPU, so TORCH_CUDA_ARCH_LIST would be guessed from the build host",
+                               hint="add gpus: [H100] (or the site's GPUs)")
+
+
+def load_spec(file: str | Path, root: str | Path | None = None) -> Spec:
+    """Load stacks.yaml and the layer kinds beside it (root: folder with layers/ and Dockerfile.j2)."""
+    file = Path(file)
+    root = Path(root) if root is not None else file.resolve().parent
+    if not (root / "layers").is_dir():
+        root = Path(__file__).resolve().parent.parent  # the layer kinds shipped with imgbuild
+    kinds = load_kinds(root / "layers")
+    doc = load_file(file)
+    loader = _Loader(doc, kinds)
+    data = loader.mapping((), doc.data, TOP_KEYS, what="a mapping with bases, layers and stacks")
+    if data.get("version", 1) != 1:
+        raise loader.err(("version",), f"unsupported version {data.get('version')!r}", hint="allowed: 1")
+    site = loader.site(data)
+    bases = {}
+    for name, raw in loader.mapping(("bases",), loader.required((), data, "bases")).items():
+        bases[loader.name(("bases", name), name)] = loader.base(name, raw)
+    layers: dict[str, LayerDef] = {}
+    for section in SECTIONS:
+        for name, raw in loader.mapping((section,), data.get(section) or {}).items():
+            loader.name((section, name), name)
+            if name in layers:
+                raise loader.err((section, name), f"name {name!r} is already used under {layers[name].section!r}; "
+                                 "layers, projects and runtimes share one namespace")
+            layers[name] = loader.layer(section, name, raw)
+    stacks = {}
+    raw_stacks = loader.mapping(("stacks",), loader.required((), data, "stacks"))
+    for name in raw_stacks:
+        loader.name(("stacks", name), name)
+        stacks[name] = loader.stack(name, loader.stack_raw(raw_stacks, name), bases, layers)
+    return Spec(file=str(file), root=root, site=site, bases=bases, layers=layers, stacks=stacks, kinds=kinds)
+
+
+__all__ = ["Spec", "Stack", "Base", "LayerDef", "Site", "load_spec", "Version"]

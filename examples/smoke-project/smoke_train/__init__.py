@@ -1,0 +1,3 @@
+"""A few training steps of a tiny model with DeepSpeed's prebuilt CPU Adam."""
+
+REVISION = 1
