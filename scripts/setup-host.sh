@@ -114,7 +114,7 @@ else
     done
     log "starting dockerd${dockerd_args[*]:+ ${dockerd_args[*]}} (log: $LOG_DIR/dockerd.log)"
     echo "=== $(date -Is) setup-host.sh starting dockerd ${dockerd_args[*]:-}" >>"$LOG_DIR/dockerd.log"
-    setsid nohup "$DOCKERD" "${dockerd_args[@]}" >>"$LOG_DIR/dockerd.log" 2>&1 </dev/null &
+    setsid nohup "$DOCKERD" "${dockerd_args[@]}" >>"$LOG_DIR/dockerd.log" 2>&1 </dev/null 9>&- &
     dpid=$!
     for _ in $(seq 1 60); do
         docker_ok && break
@@ -163,7 +163,7 @@ if registry_ok; then
 else
     log "starting docker-registry serve $REGISTRY_CONFIG (log: $LOG_DIR/registry.log)"
     echo "=== $(date -Is) setup-host.sh starting registry" >>"$LOG_DIR/registry.log"
-    setsid nohup /usr/bin/docker-registry serve "$REGISTRY_CONFIG" >>"$LOG_DIR/registry.log" 2>&1 </dev/null &
+    setsid nohup /usr/bin/docker-registry serve "$REGISTRY_CONFIG" >>"$LOG_DIR/registry.log" 2>&1 </dev/null 9>&- &
     rpid=$!
     for _ in $(seq 1 30); do
         registry_ok && break
@@ -243,6 +243,12 @@ fi
 rm -rf "$tmp"
 "$DOCKER" rmi imgbuild-setup-check:latest >/dev/null 2>&1 || true
 if [ "$BUILDKIT_OK" = yes ]; then step_done "RUN --mount=type=secret works"; else step_done "FAILED"; fi
+
+# ---------------------------------------------------------------- 6. git mirror
+# The cpu-smoke stack pins a commit of a local mirror (no public git host is reachable here).
+step "git mirror"
+"$(dirname "$0")/make-smoke-mirror.sh" >>"$LOG_DIR/git-mirror.log" 2>&1 || die "make-smoke-mirror.sh failed (log: $LOG_DIR/git-mirror.log)"
+step_done "$(tail -n 1 "$LOG_DIR/git-mirror.log")"
 
 # ---------------------------------------------------------------- summary
 cat >"$STATE_DIR/host.env" <<EOF
