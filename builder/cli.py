@@ -116,6 +116,38 @@ def plan(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_:
                f"sha256 over the inputs shown with --explain (first {KEY_LEN} hex digits in tags)")
 
 
+@app.command()
+def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
+          docker: Optional[str] = typer.Option(None, "--docker", help="The Docker CLI to use (default: detected)."),
+          date: Optional[str] = typer.Option(None, "--date", help="The {date} of release tags (default: today, UTC)."),
+          as_json: bool = typer.Option(False, "--json", help="Print the report as JSON at the end.")) -> None:
+    """Build what the registry lacks, validate every image, then move the release tags."""
+    from .build import build as run_build
+    spec = load_spec(file)
+    names = select(spec, selectors, all_)
+    report = run_build(spec, names, say=lambda line: typer.echo(line), docker=docker, date=date)
+    built = sum(1 for r in report.nodes.values() if r.action == "build")
+    typer.echo(f"ok: {len(names)} stack(s) released; {built} layer image(s) built, "
+               f"{len(report.nodes) - built} reused; report {report.run_dir}/report.json")
+    if as_json:
+        typer.echo(Path(report.run_dir, "report.json").read_text())
+
+
+@app.command()
+def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAME or an image reference."),
+             file: Path = FileOpt, docker: Optional[str] = typer.Option(None, "--docker")) -> None:
+    """Re-run the in-image checks of existing images and record the results beside them."""
+    from .build import validate as run_validate
+    from .errors import ValidationFailed
+    spec = load_spec(file)
+    stacks = [t for t in targets or [] if t.startswith("stack=")]
+    images = [t for t in targets or [] if not t.startswith("stack=")]
+    names = select(spec, stacks, False) if stacks or not images else []
+    if not run_validate(spec, names, images, say=lambda line: typer.echo(line), docker=docker):
+        raise ValidationFailed("checks failed (see above); nothing was tagged")
+    typer.echo("ok: every check passed or was skipped with its reason")
+
+
 def main() -> None:
     try:
         app(standalone_mode=False)

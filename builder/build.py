@@ -1,0 +1,368 @@
+"""`imgbuild build`: plan, skip what the registry has, build the rest with BuildKit, validate every
+image from the inside, push it under its content key, and move release tags only if all passed.
+
+Order of trust: an image reaches the registry under its content key only after its checks passed,
+so a key found there is a validated image; a release tag moves only after every node of every
+selected stack is such an image. Any failure stops before the first tag moves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import __version__
+from .checks import CheckResult, run_checks
+from .engine import BuildRequest, Engine
+from .errors import EngineError, ImgbuildError, RegistryError, SpecError, ValidationFailed
+from .hostconf import HostConf
+from .manifest import build_manifest, checks_hash, fetch_manifest, push_manifest
+from .plan import KEY_LEN, Node, Plan, image_ref, make_plan, sha256
+from .publish import promote, release_tags
+from .registry import Ref, Registry
+from .sources import export
+from .spec import Spec
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class NodeResult:
+    key: str
+    layer: str
+    action: str                    # reuse | build | revalidate | blocked
+    status: str = "pending"        # passed | failed | blocked | skipped-existing
+    image: str | None = None
+    digest: str | None = None
+    seconds: float = 0.0
+    log: str | None = None
+    checks: list = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class BuildReport:
+    run_dir: str
+    nodes: dict = field(default_factory=dict)       # key -> NodeResult
+    tags: dict = field(default_factory=dict)        # stack -> {tag: digest}
+    ok: bool = False
+    error: str | None = None
+
+    def write(self) -> Path:
+        path = Path(self.run_dir) / "report.json"
+        path.write_text(json.dumps({"ok": self.ok, "error": self.error, "tags": self.tags,
+                                    "nodes": {k: asdict(v) for k, v in self.nodes.items()}}, indent=2))
+        return path
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("IMGBUILD_HOME", ".imgbuild"))
+
+
+def resolve_bases(spec: Spec, stacks: list[str]) -> dict:
+    """Each base's digest: declared in stacks.yaml, else looked up in its registry (never guessed)."""
+    digests = {}
+    for name in stacks:
+        base = spec.stack(name).base
+        if base.name in digests:
+            continue
+        if base.digest:
+            digests[base.name] = base.digest
+            continue
+        ref = Ref.parse(base.ref(spec.site))
+        try:
+            digest = Registry(ref.registry).manifest_digest(ref.repo, ref.reference)
+        except RegistryError as exc:
+            raise RegistryError(f"cannot resolve base {base.name!r} ({ref}): {exc.message}",
+                                hint="mirror it into the site registry, or record its digest under "
+                                     f"bases.{base.name}.digest") from None
+        if not digest:
+            raise RegistryError(f"base {base.name!r}: {ref} is not in the registry",
+                                hint="scripts/setup-host.sh seeds the mirrored Debian base")
+        digests[base.name] = digest
+    return digests
+
+
+def assemble_context(node: Node, hostconf: HostConf, dest: Path) -> Path:
+    """The build context of one node: its Dockerfile, its kind's files/, its verified sources and
+    wheels. Nothing else from the host is sent to the engine."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    (dest / "Dockerfile").write_text(node.dockerfile)
+    kind_files = node.layer.kind.folder / "files"
+    if kind_files.is_dir():
+        shutil.copytree(kind_files, dest / "files")
+    for name, pin in node.sources.items():
+        export(pin, dest / "sources" / name)
+    if node.wheels:
+        if not hostconf.wheelhouse:
+            raise SpecError(f"layer {node.name!r} installs a wheel from the wheelhouse, but no wheelhouse is set",
+                            hint="set IMGBUILD_WHEELHOUSE (or pip's find-links) to the folder holding "
+                                 + ", ".join(w.file for w in node.wheels.values()))
+        (dest / "wheelhouse").mkdir()
+        for wheel in node.wheels.values():
+            src = hostconf.wheelhouse / wheel.file
+            if not src.is_file():
+                raise SpecError(f"wheel {wheel.file} is not in the wheelhouse {hostconf.wheelhouse}")
+            try:
+                os.link(src, dest / "wheelhouse" / wheel.file)
+            except OSError:
+                shutil.copy2(src, dest / "wheelhouse" / wheel.file)
+    return dest
+
+
+def node_spec_hash(plan: Plan, node: Node) -> str:
+    """Hash of the definitions of this node and every node beneath it: the same in every stack that
+    shares the prefix, so the label never ties a shared image to one stack."""
+    chain, cur = [], node
+    while cur is not None:
+        chain.append([cur.name, cur.layer.kind.name, json.dumps(cur.layer.params, default=str, sort_keys=True)])
+        cur = plan.nodes.get(cur.parent) if cur.parent else None
+    chain.append(["base", node_root(plan, node).base_ref])
+    return sha256(json.dumps(chain))
+
+
+def node_root(plan: Plan, node: Node) -> Node:
+    while node.parent:
+        node = plan.nodes[node.parent]
+    return node
+
+
+class Builder:
+    def __init__(self, spec: Spec, engine: Engine, registry: Registry, hostconf: HostConf, say: Say,
+                 gpu: bool | None = None):
+        self.spec, self.engine, self.registry, self.hostconf, self.say = spec, engine, registry, hostconf, say
+        self.gpu = engine.has_gpu() if gpu is None else gpu
+        self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+        self.run_dir = state_dir() / "runs" / self.run_id
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+
+    def repo(self, node: Node) -> str:
+        return f"{self.spec.site.namespace}/layers/{node.name}"
+
+    def lookup(self, node: Node) -> tuple[str, str | None]:
+        """(action, digest): reuse a validated image, revalidate one whose checks changed, or build."""
+        digest = self.registry.manifest_digest(self.repo(node), node.short)
+        if not digest:
+            return "build", None
+        recorded = fetch_manifest(self.registry, self.repo(node), digest)
+        if recorded and recorded.get("checks_hash") == checks_hash(node.checks) and recorded.get("key") == node.key:
+            return "reuse", digest
+        return "revalidate", digest
+
+    def labels(self, plan: Plan, node: Node, parent_ref: str) -> dict:
+        root = node_root(plan, node)
+        base = root.base_ref or ""
+        return {
+            "org.opencontainers.image.created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "org.opencontainers.image.title": node.name,
+            "org.opencontainers.image.version": node.short,
+            "org.opencontainers.image.vendor": "imgbuild",
+            "org.opencontainers.image.base.name": base.split("@")[0],
+            "org.opencontainers.image.base.digest": base.split("@")[1] if "@" in base else "",
+            "io.imgbuild.builder-version": __version__,
+            "io.imgbuild.key": node.key,
+            "io.imgbuild.parent": parent_ref,
+            "io.imgbuild.spec-hash": node_spec_hash(plan, node),
+        }
+
+    def run(self, plan: Plan, stacks: list[str], date: str | None = None) -> BuildReport:
+        report = BuildReport(run_dir=str(self.run_dir))
+        digests: dict[str, str] = {}
+        failed: set[str] = set()
+        total = len(plan.nodes)
+        # Look everything up first: the plan with its actions is shown before an hour of building.
+        actions = {}
+        for key, node in plan.nodes.items():
+            actions[key] = self.lookup(node)
+        counts = {a: sum(1 for v in actions.values() if v[0] == a) for a in ("reuse", "revalidate", "build")}
+        self.say(f"plan: {total} layer image(s): {counts['reuse']} reuse, {counts['revalidate']} revalidate, "
+                 f"{counts['build']} build  (run {self.run_id}, logs in {self.run_dir})")
+        with self.hostconf.secrets() as secrets:
+            for i, (key, node) in enumerate(plan.nodes.items(), 1):
+                action, digest = actions[key]
+                res = NodeResult(key=node.short, layer=node.name, action=action)
+                report.nodes[key] = res
+                prefix = f"[{i}/{total}] {node.name} {node.short[:12]}"
+                if node.parent and node.parent in failed:
+                    res.action, res.status = "blocked", "blocked"
+                    failed.add(key)
+                    self.say(f"{prefix}: not built, a layer beneath it failed")
+                    continue
+                start = time.time()
+                try:
+                    if action == "reuse":
+                        digests[key] = digest
+                        res.status, res.digest = "passed", digest
+                        self.say(f"{prefix}: in the registry, validated; reused")
+                        continue
+                    if action == "revalidate":
+                        self.say(f"{prefix}: in the registry, but its checks changed: pulling to validate")
+                        ref = f"{self.spec.site.registry}/{self.repo(node)}@{digest}"
+                        self.engine.pull(ref)
+                        results, facts = self.validate(node, ref, prefix)
+                        res.checks = [asdict(r) for r in results]
+                        self.record(node, facts, results, digest, labels={})
+                        if not all(r.ok for r in results):
+                            raise ValidationFailed(self.failures(node, results))
+                        digests[key] = digest
+                    else:
+                        parent_ref = (f"{self.spec.site.registry}/{self.repo(plan.nodes[node.parent])}@{digests[node.parent]}"
+                                      if node.parent else node.base_ref)
+                        digest, results, log = self.build_node(plan, node, parent_ref, secrets, prefix)
+                        res.log = str(log)
+                        res.checks = [asdict(r) for r in results]
+                        digests[key] = digest
+                    res.status, res.digest = "passed", digests[key]
+                except ImgbuildError as exc:
+                    res.status, res.error = "failed", exc.message
+                    failed.add(key)
+                    self.say(f"{prefix}: FAILED: {exc.message}" + (f"\n    log: {res.log}" if res.log else ""))
+                finally:
+                    res.seconds = round(time.time() - start, 1)
+                    report.write()
+        if failed:
+            report.error = f"{len(failed)} layer image(s) failed or were blocked; no release tag was moved"
+            report.write()
+            return report
+        report.tags = promote(self.spec, self.registry, plan, stacks, digests, date, self.say)
+        report.ok = True
+        report.write()
+        return report
+
+    def build_node(self, plan: Plan, node: Node, parent_ref: str, secrets: dict, prefix: str):
+        context = assemble_context(node, self.hostconf, self.run_dir / "context" / node.short)
+        local = f"imgbuild.local/{node.name}:{node.short}-unvalidated"
+        labels = self.labels(plan, node, parent_ref)
+        log = self.run_dir / "logs" / f"{node.name}-{node.short[:12]}.log"
+        req = BuildRequest(context=context, dockerfile=context / "Dockerfile", tag=local,
+                           build_args={"PARENT": parent_ref, **node.build_args}, labels=labels, secrets=secrets)
+        self.say(f"{prefix}: building (log {log})")
+        started = time.time()
+        try:
+            self.engine.build(req, log, progress=lambda line: self.say(f"    {line}"))
+        finally:
+            shutil.rmtree(context, ignore_errors=True)
+        self.say(f"{prefix}: built in {time.time() - started:.0f} s; validating")
+        results, facts = self.validate(node, local, prefix)
+        if not all(r.ok for r in results):
+            self.record_local(node, facts, results)
+            raise ValidationFailed(self.failures(node, results) + f" (image kept locally as {local})")
+        final = image_ref(self.spec, node)
+        self.engine.tag(local, final)
+        self.engine.push(final)
+        digest = self.registry.manifest_digest(self.repo(node), node.short)
+        if not digest:
+            raise RegistryError(f"{final} was pushed but the registry does not show it")
+        self.record(node, facts, results, digest, labels)
+        self.engine.remove(local)
+        self.say(f"{prefix}: pushed {final} ({digest[:19]})")
+        return digest, results, log
+
+    def validate(self, node: Node, image: str, prefix: str) -> tuple[list[CheckResult], dict]:
+        results, facts = run_checks(self.engine, image, node.checks, self.gpu)
+        counts = {s: sum(1 for r in results if r.status == s) for s in ("passed", "failed", "skipped")}
+        self.say(f"{prefix}: checks: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
+        for r in results:
+            if r.status != "passed":
+                self.say(f"      {r.status:<7} {r.id}: {r.detail.splitlines()[0][:160] if r.detail else ''}")
+        return results, facts
+
+    def failures(self, node: Node, results: list[CheckResult]) -> str:
+        bad = [r for r in results if not r.ok]
+        return f"{node.name}: {len(bad)} check(s) failed: " + "; ".join(f"{r.id}: {r.detail[:300]}" for r in bad)
+
+    def record(self, node: Node, facts: dict, results, digest: str, labels: dict) -> None:
+        manifest = build_manifest(node, facts, results, digest, labels, node.checks)
+        push_manifest(self.registry, self.repo(node), manifest)
+        (self.run_dir / "manifests").mkdir(exist_ok=True)
+        (self.run_dir / "manifests" / f"{node.name}-{node.short[:12]}.json").write_text(json.dumps(manifest, indent=1))
+
+    def record_local(self, node: Node, facts: dict, results) -> None:
+        manifest = build_manifest(node, facts, results, None, {}, node.checks)
+        (self.run_dir / "manifests").mkdir(exist_ok=True)
+        (self.run_dir / "manifests" / f"{node.name}-{node.short[:12]}.failed.json").write_text(json.dumps(manifest, indent=1))
+
+
+def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, date: str | None = None,
+          gpu: bool | None = None) -> BuildReport:
+    engine = Engine.detect(docker)
+    registry = Registry(spec.site.registry)
+    registry.ping()
+    digests = resolve_bases(spec, stacks)
+    plan = make_plan(spec, stacks, digests)
+    builder = Builder(spec, engine, registry, HostConf.from_env(), say, gpu=gpu)
+    say(f"engine: {engine.cli} ({'buildx' if engine.mode == 'buildx' else 'built-in BuildKit'}); registry "
+        f"{spec.site.registry}; GPU for checks: {'yes' if builder.gpu else 'no (GPU checks are skipped)'}")
+    report = builder.run(plan, stacks, date)
+    if not report.ok:
+        failed = [r for r in report.nodes.values() if r.status == "failed"]
+        lines = [f"{r.layer} ({r.key[:12]}): {r.error}" + (f"\n    log: {r.log}" if r.log else "") for r in failed]
+        raise BuildFailed("\n  ".join([report.error or "build failed"] + lines), report)
+    return report
+
+
+class BuildFailed(ImgbuildError):
+    exit_code = 7
+    label = "build failed"
+
+    def __init__(self, message: str, report: BuildReport):
+        super().__init__(message, hint=f"report: {Path(report.run_dir) / 'report.json'}")
+        self.report = report
+
+
+__all__ = ["build", "BuildReport", "Builder", "BuildFailed", "resolve_bases", "KEY_LEN"]
+
+
+def validate(spec: Spec, stacks: list[str], images: list[str], say: Say, docker: str | None = None,
+             gpu: bool | None = None) -> bool:
+    """Re-run the checks of existing images: a stack's top image (from the registry by content key),
+    or any image reference built by imgbuild from this spec. Results are recorded beside the image."""
+    engine = Engine.detect(docker)
+    registry = Registry(spec.site.registry)
+    gpu = engine.has_gpu() if gpu is None else gpu
+    all_stacks = list(spec.stacks)
+    targets: list[tuple[str, Node]] = []
+    if stacks:
+        plan = make_plan(spec, stacks, resolve_bases(spec, stacks))
+        for name in stacks:
+            node = plan.top(name)
+            repo = f"{spec.site.namespace}/layers/{node.name}"
+            digest = registry.manifest_digest(repo, node.short)
+            if not digest:
+                raise ValidationFailed(f"stack {name!r}: its image {image_ref(spec, node)} is not in the registry",
+                                       hint=f"build it: imgbuild build stack={name}")
+            targets.append((f"{spec.site.registry}/{repo}@{digest}", node))
+    if images:
+        plan = make_plan(spec, all_stacks, resolve_bases(spec, all_stacks))
+        by_key = {k: n for k, n in plan.nodes.items()}
+        for ref in images:
+            info = engine.inspect(ref)
+            if info is None:
+                engine.pull(ref)
+                info = engine.inspect(ref)
+            key = ((info or {}).get("Config") or {}).get("Labels", {}).get("io.imgbuild.key")
+            if key not in by_key:
+                raise ValidationFailed(f"{ref} was not built by imgbuild from {spec.file} (label io.imgbuild.key "
+                                       f"{'missing' if not key else key[:KEY_LEN] + ' matches no layer of the spec'})")
+            targets.append((ref, by_key[key]))
+    ok = True
+    builder = Builder(spec, engine, registry, HostConf.from_env(), say, gpu=gpu)
+    for ref, node in targets:
+        if "@" in ref and engine.inspect(ref) is None:
+            engine.pull(ref)
+        results, facts = builder.validate(node, ref, f"{node.name} {node.short[:12]}")
+        for r in results:
+            if r.status == "passed":
+                say(f"      passed  {r.id}: {r.detail.splitlines()[0][:160] if r.detail else ''}")
+        digest = ref.split("@", 1)[1] if "@" in ref else None
+        if digest:
+            builder.record(node, facts, results, digest, labels={})
+        ok = ok and all(r.ok for r in results)
+    return ok

@@ -1,0 +1,212 @@
+"""In-image checks: one probe run measures the image, small functions judge the measurements.
+
+A node's checks are its kind's and those of every layer beneath it, so a child image re-runs its
+parents' checks. GPU checks are never faked: without a GPU they are reported as skipped, with why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..engine import Engine
+from ..errors import EngineError
+from ..kinds import CheckSpec
+from ..sources import MARKER
+
+PROBE = Path(__file__).with_name("probe.py")
+OP_LINE = re.compile(r"^(\S+) \.+ \[(YES|NO)\] \.+ \[(OKAY|NO)\]\s*$")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    id: str
+    status: str          # passed | failed | skipped
+    detail: str          # what was measured or why it failed / was skipped
+    gpu: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed"
+
+
+def parse_ds_report(text: str) -> dict:
+    """ds_report's op table: {op: {"installed": bool, "compatible": bool}} (colour codes already stripped)."""
+    ops = {}
+    for line in text.splitlines():
+        m = OP_LINE.match(line.strip())
+        if m:
+            ops[m.group(1)] = {"installed": m.group(2) == "YES", "compatible": m.group(3) == "OKAY"}
+    return ops
+
+
+def _args(spec: CheckSpec) -> dict:
+    return dict(spec.args)
+
+
+def request(checks: tuple[CheckSpec, ...], gpu: bool) -> dict:
+    """What the probe must measure or run for these checks."""
+    req: dict = {"imports": [], "snippets": {}, "commands": {}, "files": ["/etc/imgbuild/constraints.txt"],
+                 "pip_check": False, "ds_report": False}
+    for spec in checks:
+        if spec.gpu and not gpu:
+            continue
+        a = _args(spec)
+        if spec.check == "import" and a.get("module"):
+            req["imports"].append(a["module"])
+        elif spec.check == "pip-check":
+            req["pip_check"] = True
+        elif spec.check == "ds-report":
+            req["ds_report"] = True
+        elif spec.check == "python" and _op_wanted(a):
+            req["snippets"][spec.id] = a["code"]
+        elif spec.check == "command" and a.get("command"):
+            req["commands"][spec.id] = a["command"]
+        elif spec.check == "source-commit" and a.get("path"):
+            req["files"].append(f"{a['path'].rstrip('/')}/{MARKER}")
+    req["imports"] = sorted(set(req["imports"]))
+    return req
+
+
+def _op_wanted(a: dict) -> bool:
+    return not a.get("when_op") or a["when_op"] in (a.get("ops") or [])
+
+
+# -- judges: one small function per check type ---------------------------------------------------
+
+def _import(a: dict, f: dict) -> tuple[str, str]:
+    if not a.get("module"):
+        return "skipped", "no module named for this layer"
+    res = f["imports"].get(a["module"])
+    if res and res["ok"]:
+        return "passed", f"import {a['module']} ok"
+    return "failed", f"import {a['module']} failed: {(res or {}).get('out', '').strip()[-600:]}"
+
+
+def _dist_version(a: dict, f: dict) -> tuple[str, str]:
+    name = a["dist"].lower().replace("_", "-")
+    found = f["dists"].get(name)
+    if found is None:
+        return "failed", f"{a['dist']} is not installed"
+    if a.get("equals") is None:
+        return "passed", f"{a['dist']} {found} (no version pinned; recorded)"
+    if found != str(a["equals"]):
+        return "failed", f"{a['dist']} is {found}, the spec pins {a['equals']}"
+    return "passed", f"{a['dist']} {found}"
+
+
+def _pip_check(a: dict, f: dict) -> tuple[str, str]:
+    res = f.get("pip_check") or {"rc": 1, "out": "not run"}
+    return ("passed" if res["rc"] == 0 else "failed"), res["out"].strip()[-1500:]
+
+
+def _ds_report(a: dict, f: dict) -> tuple[str, str]:
+    res = f.get("ds_report") or {"rc": 1, "out": "not run"}
+    if res["rc"] != 0:
+        return "failed", "ds_report failed: " + res["out"].strip()[-1500:]
+    ops = parse_ds_report(res["out"])
+    if not ops:
+        return "failed", "ds_report printed no op table"
+    problems = []
+    for op in a.get("installed") or []:
+        st = ops.get(op)
+        if not st or not (st["installed"] and st["compatible"]):
+            problems.append(f"{op} must be prebuilt and compatible, ds_report says "
+                            + (f"installed {'YES' if st['installed'] else 'NO'}, compatible {'OKAY' if st['compatible'] else 'NO'}" if st else "nothing"))
+    for op in a.get("compatible") or []:
+        st = ops.get(op)
+        if not st or not st["compatible"]:
+            problems.append(f"{op} must be compatible (JIT-buildable), ds_report says "
+                            + ("NO" if st else "nothing"))
+    warnings = [l.strip() for l in res["out"].splitlines() if "[WARNING]" in l]
+    summary = ", ".join(f"{op} {'YES' if s['installed'] else 'NO'}/{'OKAY' if s['compatible'] else 'NO'}"
+                        for op, s in sorted(ops.items()) if op in set(a.get("installed") or []) | set(a.get("compatible") or []))
+    if problems:
+        return "failed", "; ".join(problems) + (" | " + " ".join(warnings)[:600] if warnings else "")
+    return "passed", summary or f"{len(ops)} ops reported"
+
+
+def _env(a: dict, f: dict) -> tuple[str, str]:
+    wrong = [f"{k}={f['env'].get(k)!r} (want {v!r})" for k, v in (a.get("expected") or []) if f["env"].get(k) != v]
+    return ("failed", "; ".join(wrong)) if wrong else ("passed", f"{len(a.get('expected') or [])} variables set")
+
+
+def _snippet(kind: str) -> Callable[[dict, dict, str], tuple[str, str]]:
+    def judge(a: dict, f: dict, cid: str) -> tuple[str, str]:
+        if kind == "python" and not _op_wanted(a):
+            return "skipped", f"op {a['when_op']} is not prebuilt in this layer"
+        if kind == "command" and not a.get("command"):
+            return "skipped", "no command given for this layer"
+        res = f["snippets" if kind == "python" else "commands"].get(cid)
+        if res is None:
+            return "failed", "not run"
+        return ("passed" if res["rc"] == 0 else "failed"), (f"exit {res['rc']}: " if res["rc"] else "") + res["out"].strip()[-1500:]
+    return judge
+
+
+def _source_commit(a: dict, f: dict) -> tuple[str, str]:
+    path = f"{a['path'].rstrip('/')}/{MARKER}"
+    text = f["files"].get(path)
+    if not text:
+        return "failed", f"{path} is missing: the source was not installed from a verified export"
+    commit = text.split()[0]
+    if commit != a["commit"]:
+        return "failed", f"image holds commit {commit}, the spec pins {a['commit']}"
+    return "passed", f"commit {commit}"
+
+
+def _torch_unchanged(a: dict, f: dict) -> tuple[str, str]:
+    pinned = (f["files"].get("/etc/imgbuild/constraints.txt") or "").splitlines()
+    want = next((l.split("==", 1)[1].strip() for l in pinned if l.lower().startswith("torch==")), None)
+    have = f["dists"].get("torch")
+    if want is None:
+        return "failed", "/etc/imgbuild/constraints.txt records no torch version"
+    if have != want:
+        return "failed", f"torch is {have}, but the base layer recorded {want}: something replaced it"
+    return "passed", f"torch {have} as recorded by the base layer"
+
+
+JUDGES: dict[str, Callable] = {
+    "import": _import, "dist-version": _dist_version, "pip-check": _pip_check, "ds-report": _ds_report,
+    "env": _env, "source-commit": _source_commit, "torch-unchanged": _torch_unchanged,
+}
+SNIPPETS = {"python": _snippet("python"), "command": _snippet("command")}
+
+
+def judge(checks: tuple[CheckSpec, ...], facts: dict, gpu: bool) -> list[CheckResult]:
+    results = []
+    for spec in checks:
+        if spec.gpu and not gpu:
+            results.append(CheckResult(spec.id, "skipped", "skipped: needs a GPU (none on this machine)", True))
+            continue
+        a = _args(spec)
+        if spec.check in SNIPPETS:
+            status, detail = SNIPPETS[spec.check](a, facts, spec.id)
+        else:
+            status, detail = JUDGES[spec.check](a, facts)
+        results.append(CheckResult(spec.id, status, detail, spec.gpu))
+    return results
+
+
+def probe(engine: Engine, image: str, checks: tuple[CheckSpec, ...], gpu: bool) -> dict:
+    """Run the probe in the image (no network) and return its measurements."""
+    req = request(checks, gpu)
+    res = engine.run_container(image, ["python", "/imgbuild-probe.py"], mounts=[(str(PROBE), "/imgbuild-probe.py")],
+                               gpus=gpu, input=json.dumps(req), timeout=3600)
+    if res.returncode != 0:
+        raise EngineError(f"the probe could not run in {image} (exit {res.returncode}): {res.stderr.strip()[-800:]}")
+    try:
+        return json.loads(res.stdout)
+    except ValueError:
+        raise EngineError(f"the probe in {image} printed no JSON: {res.stdout[-400:]}{res.stderr[-400:]}") from None
+
+
+def run_checks(engine: Engine, image: str, checks: tuple[CheckSpec, ...], gpu: bool) -> tuple[list[CheckResult], dict]:
+    facts = probe(engine, image, checks, gpu)
+    return judge(checks, facts, gpu), facts
+
+
+__all__ = ["CheckResult", "run_checks", "judge", "request", "parse_ds_report", "asdict"]

@@ -1,0 +1,213 @@
+"""The Docker engine behind one thin interface: argv lists in, results out.
+
+Builds go through BuildKit only: `docker buildx build` where buildx exists, else the engine's
+built-in BuildKit (DOCKER_BUILDKIT=1) through a CLI that still offers it (Docker 20.10-22.x; newer
+CLIs hand `docker build` to buildx and fail without it). Which one is detected, or named by the user.
+Everything else (run, push, inspect, save) is plain CLI. Unit tests swap `runner` for a fake.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .errors import EngineError
+
+STEP = re.compile(r"^#\d+ (\[[^\]]+\] .*|DONE [0-9.]+s|ERROR.*|CACHED)$")
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _run(argv: Sequence[str], *, env: dict | None = None, input: str | None = None, timeout: float | None = None) -> Result:
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, env=env, input=input, timeout=timeout)
+    except FileNotFoundError:
+        raise EngineError(f"{argv[0]} not found", hint="install Docker (scripts/setup-host.sh) or name the CLI with --docker") from None
+    except subprocess.TimeoutExpired:
+        raise EngineError(f"{' '.join(argv[:3])} did not finish within {timeout:.0f} s") from None
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+@dataclass
+class BuildRequest:
+    context: Path
+    dockerfile: Path
+    tag: str
+    build_args: dict
+    labels: dict
+    secrets: dict = field(default_factory=dict)   # id -> host file path (never the value)
+    cache_from: Sequence[str] = ()
+
+
+@dataclass
+class Engine:
+    cli: str
+    mode: str                      # "buildx" or "builtin"
+    runner: Callable[..., Result] = _run
+    env: dict = field(default_factory=lambda: dict(os.environ))
+
+    # -- detection ---------------------------------------------------------------------------
+
+    @classmethod
+    def detect(cls, cli: str | None = None) -> "Engine":
+        """Find a CLI that can drive BuildKit. A named CLI is used as it is or refused with the reason."""
+        named = cli or os.environ.get("IMGBUILD_DOCKER")
+        candidates = [named] if named else []
+        if not named:
+            found = shutil.which("docker")
+            candidates += [c for c in (found, "/usr/bin/docker") if c and os.path.exists(c)]
+        reasons = []
+        for candidate in dict.fromkeys(candidates):
+            mode, why = cls.probe(candidate)
+            if mode:
+                engine = cls(cli=candidate, mode=mode)
+                engine.ping()
+                return engine
+            reasons.append(f"{candidate}: {why}")
+        raise EngineError("no Docker CLI that can build with BuildKit: " + ("; ".join(reasons) or "docker not found"),
+                          hint="install buildx, or Debian's docker.io (its /usr/bin/docker uses the built-in "
+                               "BuildKit); name one with --docker PATH or IMGBUILD_DOCKER")
+
+    @staticmethod
+    def probe(cli: str, runner: Callable[..., Result] = _run) -> tuple[str | None, str]:
+        try:
+            if runner([cli, "buildx", "version"]).returncode == 0:
+                return "buildx", "buildx plugin"
+            version = runner([cli, "version", "--format", "{{.Client.Version}}"]).stdout.strip()
+        except EngineError as exc:
+            return None, exc.message
+        match = re.match(r"(\d+)\.", version)
+        if not match:
+            return None, f"cannot read its version ({version!r})"
+        if int(match.group(1)) >= 23:
+            return None, f"client {version} has no buildx and no longer offers the built-in BuildKit"
+        return "builtin", f"client {version} with the engine's built-in BuildKit"
+
+    def _docker(self, *args: str, timeout: float | None = None, input: str | None = None) -> Result:
+        return self.runner([self.cli, *args], env=self.env, input=input, timeout=timeout)
+
+    def _ok(self, what: str, *args: str, timeout: float | None = 600) -> Result:
+        res = self._docker(*args, timeout=timeout)
+        if res.returncode != 0:
+            raise EngineError(f"{what} failed: {(res.stderr or res.stdout).strip()[-800:]}")
+        return res
+
+    def ping(self) -> str:
+        res = self._docker("version", "--format", "{{.Server.Version}}", timeout=30)
+        if res.returncode != 0:
+            raise EngineError(f"the Docker engine does not answer ({res.stderr.strip()[-300:]})",
+                              hint="start dockerd (scripts/setup-host.sh does)")
+        return res.stdout.strip()
+
+    # -- builds ------------------------------------------------------------------------------
+
+    def build_argv(self, req: BuildRequest) -> list[str]:
+        argv = [self.cli] + (["buildx", "build", "--load"] if self.mode == "buildx" else ["build"])
+        argv += ["--progress=plain", "--file", str(req.dockerfile), "--tag", req.tag]
+        for key, value in sorted(req.build_args.items()):
+            argv += ["--build-arg", f"{key}={value}"]
+        for key, value in sorted(req.labels.items()):
+            argv += ["--label", f"{key}={value}"]
+        for sid, src in sorted(req.secrets.items()):
+            argv += ["--secret", f"id={sid},src={src}"]
+        for ref in req.cache_from:
+            argv += ["--cache-from", ref]
+        # Inline cache metadata lets another machine reuse these layers with --cache-from.
+        argv += ["--build-arg", "BUILDKIT_INLINE_CACHE=1", str(req.context)]
+        return argv
+
+    def build(self, req: BuildRequest, log: Path, progress: Callable[[str], None] = lambda line: None) -> None:
+        """Run one build; the whole output goes to `log`, step lines to `progress`. Raises on failure."""
+        argv = self.build_argv(req)
+        env = dict(self.env, DOCKER_BUILDKIT="1", BUILDKIT_PROGRESS="plain")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "w", encoding="utf-8") as out:
+            out.write("$ " + " ".join(argv) + "\n")
+            out.flush()
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                    start_new_session=True, bufsize=1, errors="replace")
+            try:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    out.write(line)
+                    line = line.rstrip("\n")
+                    if STEP.match(line):
+                        progress(line)
+                rc = proc.wait()
+            except BaseException:
+                # Interrupted: stop the whole build (client and its BuildKit session), then re-raise.
+                _kill(proc)
+                raise
+        if rc != 0:
+            tail = log.read_text(errors="replace").strip().splitlines()[-15:]
+            raise EngineError(f"build of {req.tag} failed (exit {rc}); last lines:\n    " + "\n    ".join(tail),
+                              hint=f"full log: {log}")
+
+    # -- images and containers ---------------------------------------------------------------
+
+    def run_container(self, image: str, argv: Sequence[str], *, mounts: Sequence[tuple[str, str]] = (),
+                      gpus: bool = False, network: bool = False, input: str | None = None,
+                      timeout: float = 900) -> Result:
+        cmd = ["run", "--rm", "-i"]
+        if not network:
+            cmd += ["--network", "none"]
+        if gpus:
+            cmd += ["--gpus", "all"]
+        for src, dst in mounts:
+            cmd += ["--volume", f"{src}:{dst}:ro"]
+        cmd += ["--entrypoint", argv[0], image, *argv[1:]]
+        return self._docker(*cmd, input=input, timeout=timeout)
+
+    def inspect(self, ref: str) -> dict | None:
+        res = self._docker("image", "inspect", ref, timeout=60)
+        if res.returncode != 0:
+            return None
+        return json.loads(res.stdout)[0]
+
+    def push(self, ref: str) -> None:
+        self._ok(f"push of {ref}", "push", ref, timeout=3600)
+
+    def pull(self, ref: str) -> None:
+        self._ok(f"pull of {ref}", "pull", "--quiet", ref, timeout=3600)
+
+    def tag(self, src: str, dst: str) -> None:
+        self._ok(f"tag {dst}", "tag", src, dst)
+
+    def remove(self, *refs: str) -> None:
+        if refs:
+            self._docker("image", "rm", "--force", *refs, timeout=300)
+
+    def save(self, ref: str, dest: Path) -> None:
+        self._ok(f"save of {ref}", "save", "--output", str(dest), ref, timeout=1800)
+
+    def has_gpu(self) -> bool:
+        """True when containers can get an NVIDIA GPU (an nvidia runtime and a device on the host)."""
+        if not shutil.which("nvidia-smi"):
+            return False
+        res = self._docker("info", "--format", "{{json .Runtimes}}", timeout=30)
+        return res.returncode == 0 and "nvidia" in res.stdout
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.time() + 10
+        while proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

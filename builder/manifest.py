@@ -1,0 +1,94 @@
+"""The measured manifest of an image, and where it is stored: beside the image in the registry.
+
+The manifest (packages, env, ds_report ops, check results, versions, arch coverage, labels) is
+pushed as a small OCI artifact tagged `sha256-<image digest hex>.imgbuild` in the image's own
+repository, so `diff` and `build` read it with three small requests and never pull a layer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict
+
+from . import __version__
+from .checks import CheckResult, parse_ds_report
+from .registry import Registry
+
+SCHEMA = "imgbuild.manifest/v1"
+ARTIFACT_TYPE = "application/vnd.imgbuild.manifest.v1+json"
+CONFIG_TYPE = "application/vnd.imgbuild.config.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+# Environment that says nothing about the image (set per container by the engine).
+VOLATILE_ENV = {"HOSTNAME", "HOME", "PWD", "SHLVL", "_"}
+
+
+def checks_hash(checks) -> str:
+    """Identifies the set of checks an image was validated against (a stricter set revalidates)."""
+    body = [[c.id, c.check, c.gpu, json.dumps(c.args, sort_keys=True, default=str)] for c in checks]
+    return hashlib.sha256(json.dumps(body).encode()).hexdigest()
+
+
+def versions(facts: dict) -> dict:
+    d = facts.get("dists", {})
+    t = facts.get("torch") or {}
+    return {k: v for k, v in {
+        "torch": d.get("torch"), "cuda": t.get("cuda"), "cudnn": t.get("cudnn"), "nccl": t.get("nccl"),
+        "python": facts.get("python"), "deepspeed": d.get("deepspeed"), "megatron": d.get("megatron-core"),
+        "transformer_engine": d.get("transformer-engine") or d.get("transformer_engine"), "apex": d.get("apex"),
+        "numpy": d.get("numpy"),
+    }.items() if v}
+
+
+def build_manifest(node, facts: dict, results: list[CheckResult], image_digest: str | None, labels: dict,
+                   checks) -> dict:
+    ds = facts.get("ds_report")
+    return {
+        "schema": SCHEMA,
+        "builder_version": __version__,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "key": node.key,
+        "layer": node.name,
+        "kind": node.layer.kind.name,
+        "parent": node.parent,
+        "base": node.base_ref,
+        "image_digest": image_digest,
+        "inputs": node.inputs,
+        "labels": labels,
+        "checks_hash": checks_hash(checks),
+        "checks": [asdict(r) for r in results],
+        "versions": versions(facts),
+        "arch_list": (facts.get("torch") or {}).get("arch_list"),
+        "python_packages": facts.get("dists", {}),
+        "debian_packages": facts.get("dpkg", {}),
+        "env": {k: v for k, v in sorted(facts.get("env", {}).items()) if k not in VOLATILE_ENV},
+        "ds_report_ops": parse_ds_report(ds["out"]) if ds and ds.get("rc") == 0 else None,
+    }
+
+
+def artifact_tag(image_digest: str) -> str:
+    return image_digest.replace(":", "-") + ".imgbuild"
+
+
+def push_manifest(reg: Registry, repo: str, manifest: dict) -> str:
+    body = json.dumps(manifest, sort_keys=True, indent=1).encode()
+    config = b"{}"
+    cdig = reg.put_blob(repo, config)
+    bdig = reg.put_blob(repo, body)
+    oci = {
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": CONFIG_TYPE, "digest": cdig, "size": len(config)},
+        "layers": [{"mediaType": ARTIFACT_TYPE, "digest": bdig, "size": len(body)}],
+        "annotations": {"io.imgbuild.subject": manifest["image_digest"] or "", "io.imgbuild.key": manifest["key"]},
+    }
+    return reg.put_manifest(repo, artifact_tag(manifest["image_digest"]), json.dumps(oci).encode(), OCI_MANIFEST)
+
+
+def fetch_manifest(reg: Registry, repo: str, image_digest: str) -> dict | None:
+    found = reg.get_manifest(repo, artifact_tag(image_digest))
+    if not found:
+        return None
+    oci, _, _ = found
+    layer = next((l for l in oci.get("layers", []) if l.get("mediaType") == ARTIFACT_TYPE), None)
+    return json.loads(reg.get_blob(repo, layer["digest"])) if layer else None

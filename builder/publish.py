@@ -1,0 +1,77 @@
+"""Release tags: computed from versions measured inside the image, moved only after everything passed.
+
+A stack's release lives in its own repository ({namespace}/{stack}); moving a tag is a manifest PUT
+after cross-repository blob mounts, so no layer is pulled or pushed again. Every tag of every stack
+is computed and checked before the first one moves.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Callable
+
+from .errors import ImgbuildError
+from .manifest import fetch_manifest
+from .plan import Plan
+from .registry import Registry
+from .spec import Spec
+
+TAG_OK = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class PublishError(ImgbuildError):
+    exit_code = 7
+    label = "publish"
+
+
+def release_tags(template_list, stack: str, measured: dict, date: str) -> list[str]:
+    values = {"stack": stack, "date": date, **{k: TAG_OK.sub("-", str(v)) for k, v in measured.items()}}
+    tags = []
+    for template in template_list:
+        missing = [f for f in re.findall(r"\{([^}]*)\}", template) if f not in values]
+        if missing:
+            raise PublishError(f"stack {stack!r}: tag {template!r} needs {', '.join(missing)}, which was not "
+                               "measured in the image; no tag was moved")
+        tag = template.format(**values)
+        if len(tag) > 128 or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", tag):
+            raise PublishError(f"stack {stack!r}: {tag!r} is not a valid tag; no tag was moved")
+        tags.append(tag)
+    return tags
+
+
+def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], digests: dict, date: str | None,
+            say: Callable[[str], None]) -> dict:
+    date = date or time.strftime("%Y.%m.%d", time.gmtime())
+    ns = spec.site.namespace
+    moves = []  # (stack, repo, tag, manifest bytes, media type, digest)
+    for name in stacks:
+        top = plan.top(name)
+        src_repo = f"{ns}/layers/{top.name}"
+        digest = digests[top.key]
+        recorded = fetch_manifest(reg, src_repo, digest) or {}
+        tags = release_tags(spec.stack(name).tags, name, recorded.get("versions", {}), date)
+        found = reg.get_manifest(src_repo, digest)
+        if not found:
+            raise PublishError(f"{src_repo}@{digest} vanished from the registry; no tag was moved")
+        manifest, media_type, _ = found
+        dst_repo = f"{ns}/{name}"
+        # Make every blob available in the release repository before any tag points there.
+        for blob in [manifest["config"]] + manifest.get("layers", []):
+            reg.mount_blob(dst_repo, blob["digest"], src_repo)
+        body = reg._request("GET", f"/v2/{src_repo}/manifests/{digest}",
+                            headers={"Accept": media_type}, scope=f"repository:{src_repo}:pull").body
+        for tag in tags:
+            moves.append((name, dst_repo, tag, body, media_type, digest))
+    moved: dict = {}
+    for name, repo, tag, body, media_type, digest in moves:
+        before = reg.manifest_digest(repo, tag)
+        reg.put_manifest(repo, tag, body, media_type)
+        moved.setdefault(name, {})[tag] = digest
+        change = "unchanged" if before == digest else (f"moved from {before[:19]}" if before else "new")
+        say(f"tag {spec.site.registry}/{repo}:{tag} -> {digest[:19]} ({change})")
+    return moved
+
+
+__all__ = ["promote", "release_tags", "PublishError", "json"]
