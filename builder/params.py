@@ -15,10 +15,10 @@ from typing import Any, Callable
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel")
-SHA40 = re.compile(r"^[0-9a-f]{40}$")
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path")
+SHA40 = re.compile(r"^[0-9a-f]{40}\Z")  # \Z: "$" would accept a trailing newline
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -85,6 +85,15 @@ def version(value: Any) -> Version:
 
 def _str(spec: ParamSpec, value: Any) -> str:
     return text(value)
+
+
+def _path(spec: ParamSpec, value: Any) -> str:
+    """An absolute path in the image. No whitespace: Docker splits COPY/ADD arguments on whitespace
+    before it reads quotes, so no quoting can keep such a path one argument."""
+    value = text(value, "a path")
+    if not value.startswith("/") or any(c.isspace() for c in value):
+        raise ParamError(f"{value!r} is not an absolute path without spaces")
+    return value
 
 
 def _int(spec: ParamSpec, value: Any) -> int:
@@ -183,6 +192,8 @@ def _requirements(spec: ParamSpec, value: Any) -> tuple:
             raise ParamError(f"{item!r} is not a valid requirement: {exc}", (i,)) from None
         if req.url or len(req.specifier) != 1 or next(iter(req.specifier)).operator != "==":
             raise ParamError(f"{raw!r} is not pinned; write NAME==VERSION", (i,))
+        if CONTROL.search(str(req)):  # packaging unescapes marker strings: '\\b' becomes a backspace
+            raise ParamError(f"{raw!r}: control characters (newline, tab, ...) are not allowed", (i,))
         out.append(str(req))
     return tuple(sorted(out, key=str.lower))
 
@@ -203,6 +214,6 @@ def _wheel(spec: ParamSpec, value: Any) -> WheelPin:
 
 _CONVERTERS: dict[str, Callable[[ParamSpec, Any], Any]] = {
     "str": _str, "int": _int, "bool": _bool, "version": _version, "enum": _enum, "list": _list,
-    "map": _map, "git": _git, "requirements": _requirements, "wheel": _wheel,
+    "map": _map, "git": _git, "requirements": _requirements, "wheel": _wheel, "path": _path,
 }
 assert set(_CONVERTERS) == set(TYPES)

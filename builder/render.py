@@ -33,9 +33,11 @@ def _check(value: Any) -> str:
 
 
 def dq(value: Any) -> str:
-    """Double-quoted for ENV/ARG values: \\ " $ and ` escaped, so the value is taken literally."""
+    """Double-quoted for ENV/ARG/LABEL values: \\ " and $ escaped, so the value is taken literally.
+    Backticks are left alone: Dockerfile double quotes only unescape \\" \\$ and \\\\ (BuildKit's
+    shell lexer), so an escaped backtick would keep its backslash in the value."""
     value = _check(value)
-    return '"' + re.sub(r'([\\"$`])', r"\\\1", value) + '"'
+    return '"' + re.sub(r'([\\"$])', r"\\\1", value) + '"'
 
 
 def sh(value: Any) -> str:

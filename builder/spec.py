@@ -21,10 +21,10 @@ from .kinds import Kind, load_kinds
 from .params import ParamError, text, type_name, version
 from .yamlsrc import Doc, load_file
 
-NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
-IMAGE_REF = re.compile(r"^(?:\{registry\}/)?[a-zA-Z0-9][a-zA-Z0-9._:/-]*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$")
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]+)?$")
+NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*\Z")  # \Z: "$" would accept a trailing newline
+IMAGE_REF = re.compile(r"^(?:\{registry\}/)?[a-zA-Z0-9][a-zA-Z0-9._:/-]*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?\Z")
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]+)?\Z")
 FAMILIES = ("ngc-pytorch", "debian")
 PROVIDES = ("python", "torch", "cuda", "cudnn", "nccl", "transformer_engine", "apex", "numpy", "os")
 TAG_FIELDS = ("stack", "date", "torch", "cuda", "python", "deepspeed", "megatron", "transformer_engine", "apex", "nccl")
@@ -82,7 +82,7 @@ class Stack:
     name: str
     description: str
     base: Base
-    chain: tuple   # LayerDef, bottom to top: base adapter, layers..., project, runtime
+    chain: tuple   # LayerDef, bottom to top: base adapter, layers..., runtime, project
     gpus: tuple    # catalog.Gpu
     tags: tuple    # tag templates
     line: int | None
@@ -205,7 +205,7 @@ class _Loader:
         path = (section, name)
         raw = self.mapping(path, raw, LAYER_KEYS)
         kind_name = self.required(path, raw, "kind")
-        if kind_name not in self.kinds:
+        if not isinstance(kind_name, str) or kind_name not in self.kinds:
             raise self.err(path + ("kind",), f"unknown layer kind {kind_name!r}",
                            hint="kinds (folders under layers/): " + ", ".join(sorted(self.kinds)))
         kind = self.kinds[kind_name]
@@ -270,16 +270,18 @@ class _Loader:
         if not isinstance(names, list) or not names:
             raise self.err(path + ("layers",), "expected a non-empty list of layer names")
         chain = [ref("layers", (("layers", i), n), "layers", layers) for i, n in enumerate(names)]
-        if raw.get("project") is not None:
-            chain.append(ref("project", raw["project"], "projects", layers))
+        # The runtime env sits beneath the project: projects move most often (a new pin every few
+        # days), so a pin change rebuilds only the project layer.
         if raw.get("runtime") is not None:
             chain.append(ref("runtime", raw["runtime"], "runtimes", layers))
+        if raw.get("project") is not None:
+            chain.append(ref("project", raw["project"], "projects", layers))
         gpus = []
         raw_gpus = raw.get("gpus", [])
         if not isinstance(raw_gpus, list):
             raise self.err(path + ("gpus",), f"expected a list of GPU names, got {type_name(raw_gpus)}")
         for i, gname in enumerate(raw_gpus):
-            if gname not in catalog.gpus():
+            if not isinstance(gname, str) or gname not in catalog.gpus():
                 raise self.err(path + ("gpus", i), f"unknown GPU {gname!r}",
                                hint="catalog GPUs: " + ", ".join(catalog.gpus()))
             gpus.append(catalog.gpus()[gname])

@@ -27,11 +27,12 @@ class Doc:
     def line(self, path: Path_) -> int | None:
         """Line of the value at path, or of its nearest parent that has one."""
         path = tuple(path)
-        while path:
+        while True:
             if path in self.lines:
                 return self.lines[path]
+            if not path:
+                return None
             path = path[:-1]
-        return None
 
     def error(self, path: Path_, reason: str, hint: str | None = None) -> SpecError:
         return SpecError(reason, file=self.file, line=self.line(path), key=dotted(path), hint=hint)
@@ -40,6 +41,8 @@ class Doc:
 def dotted(path: Path_) -> str:
     out = ""
     for part in path:
+        if isinstance(part, str) and not part.isprintable():
+            part = repr(part)  # a key holding a newline must not break the message
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
@@ -71,7 +74,8 @@ def _convert(node: yaml.Node, path: tuple, lines: dict, file: str, loader: yaml.
 
 def load_text(text: str, file: str) -> Doc:
     try:
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        # libyaml's composer when present (10x faster at site scale); nodes keep their marks either way.
+        nodes = list(yaml.compose_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
