@@ -1,0 +1,181 @@
+"""Shared fixtures of the unit tests: no Docker, no network, no registry; the whole set runs in seconds."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+STACKS = REPO / "stacks.yaml"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="Rewrite tests/golden/ from the current rendering instead of comparing to it.")
+
+
+@pytest.fixture
+def update_golden(request) -> bool:
+    return request.config.getoption("--update-golden")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _memoised_kinds():
+    """Speed only: most tests load the same layer kinds dozens of times, and composing their YAML with
+    line marks dominates a load. Memoise builder.spec.load_kinds on the exact content of the folder
+    (every path, its bytes and its mode), so a changed, added or chmod-ed file is a miss and is loaded
+    for real; results are identical to loading afresh."""
+    import hashlib
+    import os
+
+    import builder.spec
+
+    real = builder.spec.load_kinds
+    memo: dict = {}
+
+    def load_kinds(layers_dir: Path):
+        h = hashlib.sha256(str(Path(layers_dir).resolve()).encode())
+        if Path(layers_dir).is_dir():
+            for root, dirs, names in sorted(os.walk(layers_dir)):
+                dirs.sort()
+                for name in sorted(names):
+                    f = Path(root) / name
+                    h.update(f"{f}\0{os.access(f, os.X_OK)}\0".encode() + f.read_bytes())
+        key = h.hexdigest()
+        if key not in memo:
+            memo[key] = real(layers_dir)
+        return memo[key]
+
+    builder.spec.load_kinds = load_kinds
+    yield
+    builder.spec.load_kinds = real
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def output(self) -> str:
+        return self.out + self.err
+
+
+def run_cli(*args: str) -> CliResult:
+    """Run the real CLI entry point (builder.cli.main, which calls sys.exit) in-process."""
+    from builder import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = sys.argv
+    sys.argv = ["imgbuild", *map(str, args)]
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            cli.main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = argv
+        cli.STATE["debug"] = False
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+def shipped_data() -> dict:
+    """The shipped stacks.yaml as plain data (a fresh copy each call, for mutating)."""
+    return copy.deepcopy(_shipped())
+
+
+_CACHE: dict = {}
+
+
+def _shipped() -> dict:
+    if "data" not in _CACHE:
+        _CACHE["data"] = yaml.safe_load(STACKS.read_text())
+    return _CACHE["data"]
+
+
+def write_stacks(folder: Path, content: dict | str, name: str = "stacks.yaml") -> Path:
+    """Write a stacks file (a dict is dumped as YAML, a str written as is) into folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: only faster
+    text = content if isinstance(content, str) else yaml.dump(content, Dumper=dumper, sort_keys=False)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def write(tmp_path):
+    """write(content, sub="x") -> path of a stacks.yaml in tmp_path/sub (no layers/ beside it:
+    load_spec falls back to the shipped layer kinds)."""
+    counter = {"n": 0}
+
+    def _write(content: dict | str, sub: str | None = None, name: str = "stacks.yaml") -> Path:
+        counter["n"] += 1
+        return write_stacks(tmp_path / (sub or f"spec{counter['n']}"), content, name)
+
+    return _write
+
+
+def copy_kinds(folder: Path) -> Path:
+    """A private copy of the shipped layers/ and Dockerfile.j2 in folder (load_spec then uses it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(REPO / "layers", folder / "layers")
+    shutil.copy2(REPO / "Dockerfile.j2", folder / "Dockerfile.j2")
+    return folder
+
+
+@pytest.fixture
+def kinds_copy(tmp_path):
+    """kinds_copy(sub) -> a folder holding a copy of layers/ and Dockerfile.j2; write stacks.yaml there."""
+
+    def _copy(sub: str) -> Path:
+        return copy_kinds(tmp_path / sub)
+
+    return _copy
+
+
+def instructions(dockerfile: str) -> list[tuple[str, str]]:
+    """Parse a Dockerfile into (KEYWORD, rest) pairs: line continuations joined, comments and blank
+    lines dropped (as Docker does, also inside a continuation)."""
+    out: list[tuple[str, str]] = []
+    current: str | None = None
+    for raw in dockerfile.split("\n"):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        cont = line.endswith("\\")
+        body = line[:-1] if cont else line
+        current = body if current is None else current + " " + body
+        if not cont:
+            keyword, _, rest = current.strip().partition(" ")
+            out.append((keyword.upper(), rest.strip()))
+            current = None
+    if current is not None:
+        keyword, _, rest = current.strip().partition(" ")
+        out.append((keyword.upper(), rest.strip()))
+    return out
+
+
+def keywords(dockerfile: str) -> list[str]:
+    return [k for k, _ in instructions(dockerfile)]

@@ -1,0 +1,12 @@
+# imgbuild layer nccl-roce (kind runtime-env). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+ENV NCCL_DEBUG="WARN" \
+    NCCL_IB_DISABLE="0" \
+    NCCL_IB_HCA="mlx5_0,mlx5_1" \
+    NCCL_SOCKET_IFNAME="eth0"
+
+LABEL io.imgbuild.layer="nccl-roce" \
+      io.imgbuild.kind="runtime-env"

@@ -1,0 +1,17 @@
+# imgbuild layer smoke-train (kind project). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+COPY sources/source /opt/project
+RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
+    if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
+    python -m pip install --progress-bar off --no-deps /opt/project
+
+LABEL io.imgbuild.layer="smoke-train" \
+      io.imgbuild.kind="project" \
+      io.imgbuild.source.source="file:///var/lib/imgbuild/git/smoke-project.git@d89c5dfd761db2eb8352a3c3df6659c984547929"

@@ -1,0 +1,27 @@
+# imgbuild layer ds-0.19.5-hopper (kind deepspeed). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# Target GPUs: one arch list, spelled for each build tool (TORCH_CUDA_ARCH_LIST, TE, CMake).
+ARG TORCH_CUDA_ARCH_LIST="9.0"
+ARG NVTE_CUDA_ARCHS="90"
+ARG CMAKE_CUDA_ARCHITECTURES="90"
+
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libaio-dev \
+ && rm -rf /var/lib/apt/lists/*
+# Ops compiled now rather than JIT-compiled on every node at first use.
+RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
+    if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
+    export DS_BUILD_CPU_ADAM=1; \
+    export DS_BUILD_FUSED_ADAM=1; \
+    export DS_BUILD_AIO=1; \
+    python -m pip install --progress-bar off --no-build-isolation deepspeed==0.19.5
+
+LABEL io.imgbuild.layer="ds-0.19.5-hopper" \
+      io.imgbuild.kind="deepspeed" \
+      io.imgbuild.cuda-arch-list="9.0"

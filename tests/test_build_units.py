@@ -1,0 +1,194 @@
+"""Unit tests of the build side that need no engine: argv building, engine detection, the check
+judges, release tags, git pin verification, registry references."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from builder.checks import CheckResult, judge, parse_ds_report, request
+from builder.engine import BuildRequest, Engine, Result
+from builder.errors import RegistryError, SourceError
+from builder.kinds import CheckSpec
+from builder.params import GitPin
+from builder.publish import PublishError, release_tags
+from builder.registry import Ref
+from builder.sources import MARKER, export, fetch
+
+# The op table of a real ds_report (NGC 23.04, DeepSpeed 0.9.5; compat_facts.md 4.5), colours stripped.
+DS_REPORT = """\
+--------------------------------------------------
+DeepSpeed C++/CUDA extension op report
+--------------------------------------------------
+JIT compiled ops requires ninja
+ninja .................. [OKAY]
+--------------------------------------------------
+op name ................ installed .. compatible
+--------------------------------------------------
+ [WARNING]  async_io requires the dev libaio .so object and headers but these were not found.
+async_io ............... [NO] ....... [NO]
+fused_adam ............. [NO] ....... [OKAY]
+cpu_adam ............... [YES] ...... [OKAY]
+--------------------------------------------------
+DeepSpeed general environment info:
+torch version .................... 2.1.0a0+fe05266
+"""
+
+
+class FakeRunner:
+    """Records argv and answers from a table of (argv prefix -> Result)."""
+
+    def __init__(self, answers: dict):
+        self.answers, self.calls = answers, []
+
+    def __call__(self, argv, **kw):
+        self.calls.append(list(argv))
+        for prefix, result in self.answers.items():
+            if tuple(argv[: len(prefix)]) == prefix:
+                return result
+        return Result(0, "", "")
+
+
+def test_detects_buildx_then_builtin_then_refuses_a_new_cli_without_buildx():
+    with_buildx = FakeRunner({("docker", "buildx", "version"): Result(0, "github.com/docker/buildx v0.17", "")})
+    assert Engine.probe("docker", with_buildx)[0] == "buildx"
+    old = FakeRunner({("docker", "buildx", "version"): Result(1, "", "not a command"),
+                      ("docker", "version"): Result(0, "20.10.24+dfsg1\n", "")})
+    assert Engine.probe("docker", old)[0] == "builtin"
+    new = FakeRunner({("docker", "buildx", "version"): Result(1, "", "not a command"),
+                      ("docker", "version"): Result(0, "28.2.2\n", "")})
+    mode, why = Engine.probe("docker", new)
+    assert mode is None and "no buildx" in why
+
+
+def test_build_argv_passes_secrets_as_files_never_values(tmp_path):
+    engine = Engine(cli="/usr/bin/docker", mode="builtin", runner=FakeRunner({}))
+    secret_file = tmp_path / "netrc"
+    secret_file.write_text("machine x password s3cr3t")
+    req = BuildRequest(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tag="t:1",
+                       build_args={"TORCH_CUDA_ARCH_LIST": "9.0", "PARENT": "base@sha256:ab"},
+                       labels={"io.imgbuild.key": "k"}, secrets={"netrc": str(secret_file)})
+    argv = engine.build_argv(req)
+    assert argv[:2] == ["/usr/bin/docker", "build"]
+    assert ["--secret", f"id=netrc,src={secret_file}"] == argv[argv.index("--secret"):argv.index("--secret") + 2]
+    assert "s3cr3t" not in " ".join(argv)
+    # build args sorted (deterministic), every arch spelling passed, inline cache on
+    args = [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"]
+    assert args == ["PARENT=base@sha256:ab", "TORCH_CUDA_ARCH_LIST=9.0", "BUILDKIT_INLINE_CACHE=1"]
+    buildx = Engine(cli="docker", mode="buildx", runner=FakeRunner({})).build_argv(req)
+    assert buildx[:4] == ["docker", "buildx", "build", "--load"]
+
+
+def test_ds_report_table_is_parsed():
+    ops = parse_ds_report(DS_REPORT)
+    assert ops == {"async_io": {"installed": False, "compatible": False},
+                   "fused_adam": {"installed": False, "compatible": True},
+                   "cpu_adam": {"installed": True, "compatible": True}}
+
+
+def _facts(**over) -> dict:
+    facts = {"dists": {"deepspeed": "0.19.8", "torch": "2.13.0+cpu"}, "imports": {"deepspeed": {"ok": True, "out": ""}},
+             "env": {"NCCL_IB_DISABLE": "0"}, "snippets": {}, "commands": {},
+             "files": {"/etc/imgbuild/constraints.txt": "torch==2.13.0+cpu\n", "/opt/p/" + MARKER: "a" * 40 + " repo\n"},
+             "ds_report": {"rc": 0, "out": DS_REPORT}, "pip_check": {"rc": 0, "out": "No broken requirements found."}}
+    facts.update(over)
+    return facts
+
+
+def check(cid, kind, gpu=False, **args) -> CheckSpec:
+    return CheckSpec(id=cid, check=kind, gpu=gpu, args=tuple(sorted(args.items())))
+
+
+@pytest.mark.parametrize("spec, facts, status, words", [
+    (check("a", "ds-report", installed=["cpu_adam"], compatible=[]), _facts(), "passed", "cpu_adam YES/OKAY"),
+    (check("b", "ds-report", installed=["cpu_adam"], compatible=["async_io"]), _facts(), "failed",
+     "async_io must be compatible"),
+    (check("c", "ds-report", installed=["fused_adam"], compatible=[]), _facts(), "failed", "fused_adam must be prebuilt"),
+    (check("d", "dist-version", dist="deepspeed", equals="0.19.8"), _facts(), "passed", "deepspeed 0.19.8"),
+    (check("e", "dist-version", dist="deepspeed", equals="0.17.6"), _facts(), "failed", "the spec pins 0.17.6"),
+    (check("f", "torch-unchanged"), _facts(), "passed", "as recorded"),
+    (check("g", "torch-unchanged"), _facts(dists={"torch": "2.14.1"}), "failed", "something replaced it"),
+    (check("h", "env", expected=[["NCCL_IB_DISABLE", "0"]]), _facts(), "passed", "1 variables"),
+    (check("i", "env", expected=[["NCCL_IB_DISABLE", "1"]]), _facts(), "failed", "want '1'"),
+    (check("j", "source-commit", path="/opt/p", commit="a" * 40), _facts(), "passed", "commit aaaa"),
+    (check("k", "source-commit", path="/opt/p", commit="b" * 40), _facts(), "failed", "the spec pins bbbb"),
+    (check("l", "import", module="deepspeed"), _facts(), "passed", "import deepspeed ok"),
+    (check("m", "import", module="apex"), _facts(imports={"apex": {"ok": False, "out": "No module named 'apex'"}}),
+     "failed", "No module named"),
+    (check("n", "pip-check"), _facts(pip_check={"rc": 1, "out": "x 1.0 has requirement y>2"}), "failed", "requirement"),
+    (check("o", "python", code="print(1)", when_op="fused_adam", ops=["cpu_adam"]), _facts(), "skipped", "not prebuilt"),
+    (check("p", "python", gpu=True, code="import torch"), _facts(), "skipped", "needs a GPU"),
+])
+def test_judges(spec, facts, status, words):
+    [result] = judge((spec,), facts, gpu=False)
+    assert result.status == status, result
+    assert words in result.detail
+
+
+def test_probe_request_leaves_out_gpu_checks_without_a_gpu():
+    specs = (check("x", "python", gpu=True, code="import torch"), check("y", "ds-report"), check("z", "import", module="m"))
+    req = request(specs, gpu=False)
+    assert req["snippets"] == {} and req["ds_report"] and req["imports"] == ["m"]
+    assert request(specs, gpu=True)["snippets"] == {"x": "import torch"}
+
+
+def test_release_tags_from_measured_versions():
+    tags = release_tags(["{stack}", "{stack}-{date}", "{stack}-torch{torch}-ds{deepspeed}"], "cpu-smoke",
+                        {"torch": "2.13.0+cpu", "deepspeed": "0.19.8"}, "2026.11.29")
+    assert tags == ["cpu-smoke", "cpu-smoke-2026.11.29", "cpu-smoke-torch2.13.0-cpu-ds0.19.8"]
+    with pytest.raises(PublishError, match="needs cuda"):
+        release_tags(["{stack}-cuda{cuda}"], "cpu-smoke", {"torch": "2.13.0+cpu"}, "2026.11.29")
+
+
+def test_registry_refs():
+    ref = Ref.parse("127.0.0.1:5000/imgbuild/layers/x:abc")
+    assert (ref.registry, ref.repo, ref.tag) == ("127.0.0.1:5000", "imgbuild/layers/x", "abc")
+    ref = Ref.parse("nvcr.io/nvidia/pytorch:25.09-py3@sha256:" + "a" * 64)
+    assert ref.reference == "sha256:" + "a" * 64
+    with pytest.raises(RegistryError):
+        Ref.parse("ubuntu:22.04")
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> tuple[str, str, str]:
+    """A real git repository with a commit and an annotated tag; the cache goes to tmp."""
+    monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("print('hi')\n")
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    for cmd in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "one"], ["tag", "-a", "v1", "-m", "v1"]):
+        subprocess.run(["git", *cmd], cwd=src, env=env, check=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True).stdout.strip()
+    tag = subprocess.run(["git", "rev-parse", "v1"], cwd=src, capture_output=True, text=True).stdout.strip()
+    return f"file://{src}", commit, tag
+
+
+def test_git_pin_is_fetched_verified_and_exported(repo, tmp_path):
+    url, commit, _ = repo
+    export(GitPin(url, commit), tmp_path / "out")
+    assert (tmp_path / "out" / "train.py").read_text() == "print('hi')\n"
+    assert not (tmp_path / "out" / ".git").exists()
+    assert (tmp_path / "out" / MARKER).read_text().split()[0] == commit
+
+
+def test_a_tag_object_is_not_a_commit(repo):
+    url, commit, tag = repo
+    assert tag != commit
+    with pytest.raises(SourceError, match=f"tag object, not a commit; it points to commit {commit}"):
+        fetch(GitPin(url, tag))
+
+
+def test_a_missing_commit_is_refused(repo):
+    url, _, _ = repo
+    with pytest.raises(SourceError, match="has no object"):
+        fetch(GitPin(url, "0123456789" * 4))
+    with pytest.raises(SourceError, match="cannot fetch"):
+        fetch(GitPin("file:///nonexistent/repo.git", "0123456789" * 4))
+
+
+def test_check_results_are_data():
+    assert CheckResult("a", "skipped", "x").ok and not CheckResult("a", "failed", "x").ok

@@ -1,0 +1,383 @@
+"""Every bad stacks.yaml is refused by the real CLI with exit code 2 and a message naming the file, the
+line, the key path, the reason and (for a closed set) the allowed values; never with a traceback.
+
+Each case edits one snippet of a small valid file. The line the error must point at carries the
+marker `# <==`, so the expected line number is read from the text itself.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from conftest import REPO, copy_kinds, run_cli, write_stacks
+
+VALID = """\
+version: 1
+site:
+  registry: 127.0.0.1:5000
+  namespace: imgbuild
+bases:
+  ngc:
+    image: nvcr.io/nvidia/pytorch:25.09-py3
+    family: ngc-pytorch
+    provides: {python: "3.12.3", torch: "2.9.0", cuda: "13.0.1"}
+  deb:
+    image: debian:bookworm
+    family: debian
+    provides: {python: "3.11.2"}
+layers:
+  site:
+    kind: ngc-pytorch
+    params: {apt: [libaio-dev]}
+  ds:
+    kind: deepspeed
+    params: {version: "0.19.5", ops: [fused_adam]}
+  cput:
+    kind: cpu-torch
+    params:
+      wheel: {file: torch-2.13.0-cp311-none-any.whl, sha256: 6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b}
+projects:
+  proj:
+    kind: megatron
+    params:
+      source: {repo: "https://example.com/m.git", commit: 0123456789abcdef0123456789abcdef01234567}
+runtimes:
+  env:
+    kind: runtime-env
+    params:
+      env: {A: "1"}
+stacks:
+  s1:
+    base: ngc
+    layers: [site, ds]
+    project: proj
+    runtime: env
+    gpus: [H100]
+  s2:
+    extends: s1
+    runtime: env
+"""
+
+CATALOG_GPUS = "catalog GPUs: V100, T4, A100"
+TOP_KEYS = "allowed: bases, layers, projects, runtimes, site, stacks, version"
+STACK_KEYS = "allowed: base, description, extends, gpus, layers, project, runtime, tags"
+BASE_KEYS = "allowed: description, digest, family, image, provides, source"
+DS_PARAMS = "allowed: apt, libaio, ops, packages, runtime_ops, version"
+KINDS = "kinds (folders under layers/): apex, cpu-torch, deepspeed, megatron, ngc-pytorch, project, runtime-env, transformer-engine"
+TAGS = "allowed: {stack}, {date}, {torch}, {cuda}, {python}, {deepspeed}, {megatron}, {transformer_engine}, {apex}, {nccl}"
+
+
+@dataclass
+class Case:
+    id: str
+    old: str          # snippet of VALID to replace (must occur exactly once)
+    new: str          # replacement; the line the error is about carries '# <=='
+    key: str          # dotted key path in the message
+    reason: str       # the reason (substring)
+    hint: str | None = None  # allowed values / hint (substring)
+
+
+CASES = [
+    Case("unknown-top-level-key", "version: 1\n", "version: 1\ncolour: blue  # <==\n",
+         "colour", "unknown key 'colour'", TOP_KEYS),
+    Case("unknown-key-in-stack", "    gpus: [H100]\n  s2:", "    gpu: [H100]  # <==\n  s2:",
+         "stacks.s1.gpu", "unknown key 'gpu'", STACK_KEYS),
+    Case("unknown-key-in-base", "    family: debian\n", "    family: debian\n    digets: sha256:00  # <==\n",
+         "bases.deb.digets", "unknown key 'digets'", BASE_KEYS),
+    Case("unknown-key-in-site", "  namespace: imgbuild\n", "  namespace: imgbuild\n  user: me  # <==\n",
+         "site.user", "unknown key 'user'", "allowed: description, namespace, registry"),
+    Case("unknown-layer-param", 'params: {version: "0.19.5", ops: [fused_adam]}',
+         'params: {version: "0.19.5", opts: [fused_adam]}  # <==',
+         "layers.ds.params.opts", "unknown parameter 'opts' for kind 'deepspeed'", DS_PARAMS),
+    Case("string-where-list-expected-layers", "    layers: [site, ds]\n", "    layers: site  # <==\n",
+         "stacks.s1.layers", "expected a non-empty list of layer names"),
+    Case("string-where-list-expected-param", 'ops: [fused_adam]}', 'ops: fused_adam}  # <==',
+         "layers.ds.params.ops", "expected a list, got a string"),
+    Case("string-where-list-expected-gpus", "    gpus: [H100]\n", "    gpus: H100  # <==\n",
+         "stacks.s1.gpus", "expected a list of GPU names, got a string"),
+    Case("list-where-mapping-expected-params", 'params: {version: "0.19.5", ops: [fused_adam]}',
+         'params: [version, ops]  # <==', "layers.ds.params", "expected a mapping, got a list"),
+    Case("list-where-mapping-expected-provides", 'provides: {python: "3.11.2"}', "provides: [python]  # <==",
+         "bases.deb.provides", "expected a mapping, got a list"),
+    Case("list-where-mapping-expected-git", 'source: {repo: "https://example.com/m.git", commit: 0123456789abcdef0123456789abcdef01234567}',
+         'source: ["https://example.com/m.git"]  # <==', "projects.proj.params.source",
+         "expected a mapping with repo and commit, got a list"),
+    Case("unknown-base-reference", "    base: ngc\n", "    base: ngc-99  # <==\n",
+         "stacks.s1.base", "unknown base 'ngc-99'", "bases: deb, ngc"),
+    Case("unknown-layer-reference", "    layers: [site, ds]\n", "    layers: [site, dss]  # <==\n",
+         "stacks.s1.layers[1]", "unknown layer 'dss'", "layers: cput, ds, site"),
+    Case("project-used-as-layer", "    layers: [site, ds]\n", "    layers: [site, proj]  # <==\n",
+         "stacks.s1.layers[1]", "unknown layer 'proj'", "layers: cput, ds, site"),
+    Case("unknown-project-reference", "    project: proj\n", "    project: projx  # <==\n",
+         "stacks.s1.project", "unknown project 'projx'", "projects: proj"),
+    Case("unknown-runtime-reference", "    runtime: env\n    gpus", "    runtime: ib  # <==\n    gpus",
+         "stacks.s1.runtime", "unknown runtime 'ib'", "runtimes: env"),
+    Case("unknown-layer-kind", "    kind: deepspeed\n", "    kind: deepsped  # <==\n",
+         "layers.ds.kind", "unknown layer kind 'deepsped'", KINDS),
+    Case("layer-kind-not-a-string", "    kind: deepspeed\n", "    kind: [deepspeed]  # <==\n",
+         "layers.ds.kind", "unknown layer kind ['deepspeed']", KINDS),
+    Case("kind-in-wrong-section", "    kind: runtime-env\n", "    kind: deepspeed  # <==\n",
+         "runtimes.env.kind", "kind 'deepspeed' has role 'layer' and cannot be declared under 'runtimes'",
+         "layers is where it belongs"),
+    Case("duplicate-name-across-sections", "runtimes:\n", "  site:  # <==\n    kind: project\n"
+         "    params: {source: {repo: r, commit: 0123456789abcdef0123456789abcdef01234567}}\nruntimes:\n",
+         "projects.site", "name 'site' is already used under 'layers'; layers, projects and runtimes share one namespace"),
+    Case("extends-cycle", "  s2:\n    extends: s1\n",
+         "  s2:\n    extends: s3\n  s3:\n    extends: s2  # <==\n",
+         "stacks.s3.extends", "stacks extend each other in a cycle: s2 -> s3 -> s2"),
+    Case("extends-cycle-of-three", "  s2:\n    extends: s1\n",
+         "  s2:\n    extends: s3\n  s3:\n    extends: s4\n  s4:\n    extends: s2  # <==\n",
+         "stacks.s4.extends", "stacks extend each other in a cycle: s2 -> s3 -> s4 -> s2"),
+    Case("extends-itself", "  s2:\n    extends: s1\n", "  s2:\n    extends: s2  # <==\n",
+         "stacks.s2.extends", "stacks extend each other in a cycle: s2 -> s2"),
+    Case("extends-unknown-stack", "    extends: s1\n", "    extends: s9  # <==\n",
+         "stacks.s2.extends", "unknown stack 's9'", "stacks: s1, s2"),
+    Case("git-pin-short-hash", "commit: 0123456789abcdef0123456789abcdef01234567}",
+         "commit: deadbee}  # <==", "projects.proj.params.source.commit",
+         "'deadbee' is not a full 40-hex commit sha", "pin the commit: git rev-parse"),
+    Case("git-pin-branch-name", "commit: 0123456789abcdef0123456789abcdef01234567}",
+         "commit: main}  # <==", "projects.proj.params.source.commit",
+         "'main' is not a full 40-hex commit sha; branches, tags and short hashes float or collide"),
+    Case("git-pin-uppercase-hex", "commit: 0123456789abcdef0123456789abcdef01234567}",
+         "commit: 0123456789ABCDEF0123456789ABCDEF01234567}  # <==", "projects.proj.params.source.commit",
+         "is not a full 40-hex commit sha"),
+    Case("git-pin-trailing-newline", "commit: 0123456789abcdef0123456789abcdef01234567}",
+         'commit: "0123456789abcdef0123456789abcdef01234567\\n"}  # <==', "projects.proj.params.source.commit",
+         "is not a full 40-hex commit sha"),
+    Case("git-pin-missing-commit", 'source: {repo: "https://example.com/m.git", commit: 0123456789abcdef0123456789abcdef01234567}',
+         'source: {repo: "https://example.com/m.git"}  # <==', "projects.proj.params.source.commit",
+         "missing 'commit'"),
+    Case("cuda-layer-without-gpus", "  s1:\n    base: ngc\n    layers: [site, ds]\n    project: proj\n    runtime: env\n    gpus: [H100]\n",
+         "  s1:  # <==\n    base: ngc\n    layers: [site, ds]\n    project: proj\n    runtime: env\n", "stacks.s1.gpus",
+         "layer 'ds' compiles CUDA code but the stack names no target GPU", "add gpus: [H100]"),
+    Case("unknown-gpu", "    gpus: [H100]\n", "    gpus: [H100, H1000]  # <==\n",
+         "stacks.s1.gpus[1]", "unknown GPU 'H1000'", CATALOG_GPUS),
+    Case("gpu-not-a-string", "    gpus: [H100]\n", "    gpus: [[H100]]  # <==\n",
+         "stacks.s1.gpus[0]", "unknown GPU ['H100']", CATALOG_GPUS),
+    Case("invalid-version-string", 'params: {version: "0.19.5", ops: [fused_adam]}',
+         'params: {version: "latest", ops: [fused_adam]}  # <==',
+         "layers.ds.params.version", "'latest' is not a valid version (PEP 440)"),
+    Case("invalid-provides-version", 'provides: {python: "3.11.2"}', 'provides: {python: "three"}  # <==',
+         "bases.deb.provides.python", "'three' is not a valid version (PEP 440)"),
+    Case("unpinned-requirement", 'params: {version: "0.19.5", ops: [fused_adam]}',
+         'params: {version: "0.19.5", ops: [fused_adam], packages: ["numpy>=1"]}  # <==',
+         "layers.ds.params.packages[0]", "'numpy>=1' is not pinned; write NAME==VERSION"),
+    Case("unparsable-requirement", 'params: {version: "0.19.5", ops: [fused_adam]}',
+         'params: {version: "0.19.5", ops: [fused_adam], packages: ["numpy==1.26.4 && rm -rf /"]}  # <==',
+         "layers.ds.params.packages[0]", "is not a valid requirement"),
+    Case("newline-in-env-value", 'env: {A: "1"}', 'env: {A: "1\\nRUN rm -rf /"}  # <==',
+         "runtimes.env.params.env.A", "control characters (newline, tab, ...) are not allowed"),
+    Case("carriage-return-in-env-value", 'env: {A: "1"}', 'env: {A: "1\\r"}  # <==',
+         "runtimes.env.params.env.A", "control characters"),
+    Case("tab-in-apt-package", "params: {apt: [libaio-dev]}", 'params: {apt: ["libaio-dev\\tx"]}  # <==',
+         "layers.site.params.apt[0]", "control characters"),
+    Case("newline-in-git-repo", 'source: {repo: "https://example.com/m.git", commit: 0123456789abcdef0123456789abcdef01234567}',
+         'source: {repo: "https://example.com/m.git\\nFROM x", commit: 0123456789abcdef0123456789abcdef01234567}  # <==',
+         "projects.proj.params.source.repo", "control characters"),
+    Case("bad-env-var-name", 'env: {A: "1"}', 'env: {1A: "1"}  # <==',
+         "runtimes.env.params.env.1A", "'1A' is not a valid variable name"),
+    Case("env-var-name-trailing-newline", 'env: {A: "1"}', 'env: {"A\\n": "1"}  # <==',
+         "runtimes.env.params.env.'A\\n'", "'A\\n' is not a valid variable name"),
+    Case("unknown-tag-field", "    gpus: [H100]\n  s2:", '    gpus: [H100]\n    tags: ["{stack}-{foo}"]  # <==\n  s2:',
+         "stacks.s1.tags[0]", "unknown tag field {foo}", TAGS),
+    Case("first-layer-not-base-role", "    layers: [site, ds]\n", "    layers: [ds, site]  # <==\n",
+         "stacks.s1.layers[0]", "the first layer must adopt the base image"),
+    Case("base-layer-not-first", "    layers: [site, ds]\n", "    layers: [site, ds, cput]  # <==\n",
+         "stacks.s1.layers[2]", "'cput' adopts a base image and can only be first"),
+    Case("base-family-mismatch", "    layers: [site, ds]\n", "    layers: [cput, ds]  # <==\n",
+         "stacks.s1.layers[0]", "layer 'cput' adopts 'debian' bases but base 'ngc' is a 'ngc-pytorch' image"),
+    Case("missing-required-param", 'params: {version: "0.19.5", ops: [fused_adam]}',
+         'params: {ops: [fused_adam]}  # <==', "layers.ds.params",
+         "missing required parameter 'version' of kind 'deepspeed'"),
+    Case("op-not-in-choices", 'ops: [fused_adam]}', 'ops: [fused_adamw]}  # <==',
+         "layers.ds.params.ops[0]", "'fused_adamw' is not one of the allowed values", "allowed: async_io, cpu_adagrad, cpu_adam"),
+    Case("enum-not-in-choices", "      source: {repo:", "      install: conda  # <==\n      source: {repo:",
+         "projects.proj.params.install", "'conda' is not one of the allowed values", "allowed: pip-no-deps, pythonpath"),
+    Case("invalid-stack-name-uppercase", "  s1:\n", "  S1:  # <==\n",
+         "stacks.S1", "'S1' is not a valid name: use lowercase letters, digits and . _ -"),
+    Case("invalid-layer-name-trailing-newline", "  ds:\n", '  "ds\\n":  # <==\n',
+         "layers.'ds\\n'", "'ds\\n' is not a valid name"),
+    Case("unknown-base-family", "    family: debian\n", "    family: alpine  # <==\n",
+         "bases.deb.family", "'alpine' is not a base family", "allowed: ngc-pytorch, debian"),
+    Case("bad-digest", "    family: debian\n", "    family: debian\n    digest: sha256:abc  # <==\n",
+         "bases.deb.digest", "'sha256:abc' is not a digest (sha256: and 64 hex digits)"),
+    Case("unsupported-version", "version: 1\n", "version: 2  # <==\n",
+         "version", "unsupported version 2", "allowed: 1"),
+    Case("layer-twice-in-stack", "    layers: [site, ds]\n", "    layers: [site, ds, ds]  # <==\n",
+         "stacks.s1.layers", "layer 'ds' appears twice in the stack"),
+    Case("yaml-merge-key", "  s2:\n    extends: s1\n", "  s2:\n    <<: {extends: s1}  # <==\n",
+         "stacks.s2", "YAML merge keys (<<) are not supported"),
+    Case("bad-registry", "  registry: 127.0.0.1:5000\n", "  registry: http://127.0.0.1:5000  # <==\n",
+         "site.registry", "is not a registry host[:port]"),
+]
+
+
+def marked_line(text: str) -> int:
+    lines = [i + 1 for i, line in enumerate(text.splitlines()) if "# <==" in line]
+    assert len(lines) == 1, "a case must mark exactly one line"
+    return lines[0]
+
+
+def assert_refused(res, file, reason, line=None, key=None, hint=None):
+    assert res.code == 2, res.output
+    assert "Traceback" not in res.err
+    assert res.out == ""
+    where = str(file) + (f":{line}" if line else "")
+    if key:
+        where += f": {key}"
+    assert res.err.startswith(f"spec error: {where}: "), res.err
+    message = res.err.split("\n  hint: ")[0]
+    assert reason in message, res.err
+    if hint:
+        assert f"hint: {hint}" in res.err, res.err
+
+
+def test_the_valid_file_is_accepted(write):
+    res = run_cli("check", "-f", write(VALID))
+    assert res.code == 0, res.output
+    assert "ok:" in res.out
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_bad_input_is_refused(case, write):
+    assert VALID.count(case.old) == 1, f"snippet of {case.id} must occur once"
+    text = VALID.replace(case.old, case.new)
+    file = write(text)
+    res = run_cli("check", "-f", file)
+    assert_refused(res, file, case.reason, marked_line(text), case.key, case.hint)
+
+
+def test_duplicate_stack_name_names_both_lines(write):
+    text = VALID + "  s1:\n    base: deb\n    layers: [cput]\n"
+    first = text.splitlines().index("  s1:") + 1
+    second = len(text.splitlines()) - 2
+    file = write(text)
+    res = run_cli("check", "-f", file)
+    assert first != second
+    assert_refused(res, file, f"duplicate key 's1' (first defined on line {first})", second, "stacks.s1")
+
+
+def test_duplicate_layer_name_in_one_section(write):
+    text = VALID.replace("  cput:\n", "  site:\n    kind: ngc-pytorch\n  cput:\n")
+    file = write(text)
+    res = run_cli("check", "-f", file)
+    lines = [i + 1 for i, l in enumerate(text.splitlines()) if l == "  site:"]
+    assert_refused(res, file, f"duplicate key 'site' (first defined on line {lines[0]})", lines[1], "layers.site")
+
+
+def test_layer_needing_cuda_on_a_cpu_base(write):
+    text = VALID.replace("  s2:\n    extends: s1\n    runtime: env\n",
+                         "  s2:\n    base: deb\n    layers: [cput, te]  # <==\n    gpus: [H100]\n") \
+                .replace("projects:\n", "  te:\n    kind: transformer-engine\n    params: {version: \"2.8\"}\nprojects:\n")
+    file = write(text)
+    res = run_cli("check", "-f", file)
+    assert_refused(res, file, "layer 'te' (kind transformer-engine) needs cuda, which no layer beneath it "
+                   "nor the base provides", marked_line(text), "stacks.s2.layers")
+
+
+def test_layer_needing_torch_with_nothing_providing_it(tmp_path):
+    """A base-role kind that provides no torch, then DeepSpeed (which needs torch)."""
+    root = copy_kinds(tmp_path / "site")
+    plain = root / "layers" / "plain-debian"
+    plain.mkdir()
+    (plain / "kind.yaml").write_text("description: bare Debian\nrole: base\nbase_family: debian\nprovides: [python]\n")
+    (plain / "fragment.j2").write_text("RUN true\n")
+    text = VALID.replace("  s2:\n    extends: s1\n    runtime: env\n",
+                         "  s2:\n    base: deb\n    layers: [bare, ds]  # <==\n    gpus: [H100]\n") \
+                .replace("projects:\n", "  bare:\n    kind: plain-debian\nprojects:\n")
+    file = write_stacks(root, text)
+    res = run_cli("check", "-f", file)
+    assert_refused(res, file, "layer 'ds' (kind deepspeed) needs torch, which no layer beneath it nor the "
+                   "base provides", marked_line(text), "stacks.s2.layers")
+
+
+# -- files that are not a stacks mapping at all ----------------------------------------------------
+
+def test_empty_file(write):
+    file = write("")
+    assert_refused(run_cli("check", "-f", file), file, "the file is empty")
+
+
+def test_comment_only_file_is_empty(write):
+    file = write("# nothing here\n")
+    assert_refused(run_cli("check", "-f", file), file, "the file is empty")
+
+
+def test_not_yaml(write):
+    file = write("a: [1\n")
+    res = run_cli("check", "-f", file)
+    assert res.code == 2 and "Traceback" not in res.err
+    assert re.search(re.escape(str(file)) + r":\d+: not valid YAML: ", res.err), res.err
+
+
+def test_yaml_list_at_top_level(write):
+    file = write("- a\n- b\n")
+    assert_refused(run_cli("check", "-f", file), file,
+                   "expected a mapping with bases, layers and stacks, got a list", line=1)
+
+
+def test_several_yaml_documents(write):
+    file = write(VALID + "---\nversion: 1\n")
+    line = VALID.count("\n") + 2  # where the second document's content starts
+    assert_refused(run_cli("check", "-f", file), file, "expected one YAML document, found several (---)", line)
+
+
+def test_missing_bases(write):
+    file = write("version: 1\nstacks: {}\n")
+    assert_refused(run_cli("check", "-f", file), file, "missing required key 'bases'", line=1)
+
+
+def test_file_not_found(tmp_path):
+    file = tmp_path / "nope.yaml"
+    assert_refused(run_cli("check", "-f", file), file, "file not found")
+
+
+def test_not_utf8(tmp_path):
+    file = tmp_path / "stacks.yaml"
+    file.write_bytes(b"version: 1\nbases: {\xff\xfe}\n")
+    assert_refused(run_cli("check", "-f", file), file, "not a UTF-8 text file")
+
+
+# -- every command reports spec errors the same way, --debug adds the traceback --------------------
+
+@pytest.mark.parametrize("command", [["check"], ["plan", "--all"], ["plan", "--all", "--json"], ["render", "--all"]])
+def test_every_command_refuses_the_same_way(command, write):
+    text = VALID.replace("    base: ngc\n", "    base: ngc-99  # <==\n")
+    file = write(text)
+    res = run_cli(*command, "-f", file)
+    assert_refused(res, file, "unknown base 'ngc-99'", marked_line(text), "stacks.s1.base", "bases: deb, ngc")
+
+
+def test_debug_shows_the_traceback(write):
+    file = write(VALID.replace("    base: ngc\n", "    base: ngc-99\n"))
+    plain = run_cli("check", "-f", file)
+    debug = run_cli("--debug", "check", "-f", file)
+    assert plain.code == debug.code == 2
+    assert "Traceback" not in plain.err
+    assert "Traceback (most recent call last)" in debug.err
+    assert "SpecError" in debug.err
+    assert "spec error:" in debug.err and "unknown base 'ngc-99'" in debug.err
+
+
+def test_unknown_stack_selected(write):
+    file = write(VALID)
+    res = run_cli("plan", "stack=nope", "-f", file)
+    assert res.code == 2 and "Traceback" not in res.err
+    assert "no stack named 'nope'" in res.err and "hint: stacks: s1, s2" in res.err
+
+
+def test_installed_entry_point_as_subprocess(tmp_path):
+    """The same refusal from the real process: exit code 2 on stderr, nothing on stdout."""
+    text = VALID.replace("commit: 0123456789abcdef0123456789abcdef01234567}", "commit: main}  # <==")
+    file = write_stacks(tmp_path, text)
+    proc = subprocess.run([sys.executable, "-m", "builder.cli", "check", "-f", str(file)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    assert (f"spec error: {file}:{marked_line(text)}: projects.proj.params.source.commit: 'main' is not a "
+            "full 40-hex commit sha") in proc.stderr
