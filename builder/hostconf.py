@@ -43,11 +43,9 @@ class HostConf:
     @classmethod
     def from_env(cls) -> "HostConf":
         ca = os.environ.get("IMGBUILD_CA_BUNDLE") or pip_setting("cert")
-        wheels = os.environ.get("IMGBUILD_WHEELHOUSE") or (pip_setting("find-links") or "").split()[:1]
-        if isinstance(wheels, list):
-            wheels = wheels[0] if wheels else None
+        wheels = os.environ.get("IMGBUILD_WHEELHOUSE") or next(iter((pip_setting("find-links") or "").split()), None)
         if wheels and wheels.startswith("file://"):
-            wheels = wheels[7:]
+            wheels = wheels[len("file://"):]
         netrc = os.environ.get("IMGBUILD_NETRC")
         return cls(ca_bundle=Path(ca) if ca and Path(ca).is_file() else None,
                    wheelhouse=Path(wheels) if wheels and Path(wheels).is_dir() else None,

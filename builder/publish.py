@@ -7,7 +7,6 @@ is computed and checked before the first one moves.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from typing import Callable
@@ -60,8 +59,7 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], digests: d
         # Make every blob available in the release repository before any tag points there.
         for blob in [manifest["config"]] + manifest.get("layers", []):
             reg.mount_blob(dst_repo, blob["digest"], src_repo)
-        body = reg._request("GET", f"/v2/{src_repo}/manifests/{digest}",
-                            headers={"Accept": media_type}, scope=f"repository:{src_repo}:pull").body
+        body = reg.manifest_bytes(src_repo, digest, media_type)
         for tag in tags:
             moves.append((name, dst_repo, tag, body, media_type, digest))
     moved: dict = {}
@@ -74,4 +72,4 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], digests: d
     return moved
 
 
-__all__ = ["promote", "release_tags", "PublishError", "json"]
+__all__ = ["promote", "release_tags", "PublishError"]

@@ -182,6 +182,14 @@ class Registry:
         digest = resp.headers.get("docker-content-digest") or "sha256:" + hashlib.sha256(resp.body).hexdigest()
         return json.loads(resp.body), resp.headers.get("content-type", ""), digest
 
+    def manifest_bytes(self, repo: str, digest: str, media_type: str) -> bytes:
+        """The exact bytes of a manifest (a copy must be byte-identical to keep its digest)."""
+        body = self._request("GET", f"/v2/{repo}/manifests/{digest}", headers={"Accept": media_type},
+                             scope=f"repository:{repo}:pull").body
+        if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+            raise RegistryError(f"manifest {digest} from {self.host}/{repo} does not match its digest")
+        return body
+
     def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
         resp = self._request("PUT", f"/v2/{repo}/manifests/{reference}", data=body,
                              headers={"Content-Type": media_type}, scope=f"repository:{repo}:pull,push", ok=(201,))

@@ -192,3 +192,17 @@ def test_a_missing_commit_is_refused(repo):
 
 def test_check_results_are_data():
     assert CheckResult("a", "skipped", "x").ok and not CheckResult("a", "failed", "x").ok
+
+
+def test_an_index_url_secret_lives_in_a_private_file_only_during_the_build(monkeypatch, tmp_path):
+    from builder.hostconf import HostConf
+    monkeypatch.setenv("IMGBUILD_PIP_INDEX_URL", "https://user:tok3n@index.example/simple")
+    monkeypatch.setenv("IMGBUILD_WHEELHOUSE", str(tmp_path))
+    conf = HostConf.from_env()
+    assert conf.wheelhouse == tmp_path
+    with conf.secrets() as secrets:
+        path = Path(secrets["pip-index-url"])
+        assert path.read_text() == "https://user:tok3n@index.example/simple"
+        assert path.stat().st_mode & 0o077 == 0
+    assert not path.exists()
+    assert "tok3n" not in repr(secrets)
