@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -148,7 +149,13 @@ def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAM
     typer.echo("ok: every check passed or was skipped with its reason")
 
 
+def _terminate(signum, frame) -> None:
+    # SIGTERM (CI cancelling a job) unwinds like Ctrl-C: a running build is stopped, nothing is tagged.
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         app(standalone_mode=False)
     except ImgbuildError as exc:
@@ -157,7 +164,7 @@ def main() -> None:
         typer.echo(exc.render(), err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
+        typer.echo("interrupted: the running step was stopped (release tags move only at the very end of a build)", err=True)
         sys.exit(130)
     except (typer.Exit, SystemExit) as exc:
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))
