@@ -147,6 +147,9 @@ def make_plan(spec: Spec, stacks: Iterable[str] | None = None, digests: dict | N
     registry or lock file; without them a base's declared digest is used, else the keys are provisional."""
     digests = digests or {}
     plan = Plan(spec=spec)
+    # A layer's text depends only on its definition, the base and the arch targets (layer_context),
+    # so stacks that share a layer on the same base render it once.
+    texts: dict = {}
     for name in (stacks if stacks is not None else spec.stacks):
         stack = spec.stack(name)
         ref, known = base_ref(spec, stack, digests)
@@ -156,7 +159,10 @@ def make_plan(spec: Spec, stacks: Iterable[str] | None = None, digests: dict | N
         checks: tuple = ()
         keys = []
         for layer in stack.chain:
-            text = render_layer(spec, stack, layer)
+            memo = (layer.name, stack.base.name, stack.arch_list if stack.compiles_cuda(layer) else None)
+            if memo not in texts:
+                texts[memo] = render_layer(spec, stack, layer)
+            text = texts[memo]
             parent_input = parent_key or f"base:{ref}"
             inputs, build_args = node_inputs(spec, stack, layer, parent_input, text)
             key = make_key(inputs)
