@@ -1,16 +1,34 @@
-"""The compatibility catalog shipped with imgbuild (builder/data/catalog.yaml)."""
+"""The compatibility catalog shipped with imgbuild (builder/data/catalog.yaml), read once into typed records.
+
+Every record keeps its source and whether it was verified. A field the catalog does not hold is
+unknown: lookups return None and preflight reports the rule it blocks as unknown, never a guess.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from .yamlsrc import load_file
 
 CATALOG_FILE = Path(__file__).parent / "data" / "catalog.yaml"
+# An NGC PyTorch image, wherever it is mirrored: .../pytorch:25.09-py3
+NGC_TAG = re.compile(r"(?:^|/)pytorch:(\d\d\.\d\d)-py3\Z")
+
+
+@dataclass(frozen=True)
+class Known:
+    """One fact from the catalog and where it comes from."""
+
+    value: Any
+    source: str
+    verified: bool
 
 
 @dataclass(frozen=True)
@@ -21,16 +39,223 @@ class Gpu:
     max_cuda_major: int | None
     source: str
     verified: bool
+    datacenter: bool = True   # forward compatibility works on data-center GPUs only
+    unverified: frozenset = frozenset()
 
     @property
     def sm(self) -> str:
         return self.cc.replace(".", "")
 
+    def known(self, field: str) -> Known:
+        return Known(getattr(self, field), self.source, self.verified and field not in self.unverified)
+
+
+@dataclass(frozen=True)
+class NgcRelease:
+    release: str
+    facts: tuple              # sorted (name, str) pairs: torch, cuda, python, cudnn, nccl, numpy, ...
+    min_driver: str | None    # as NVIDIA's notes state it
+    fwd_compat: tuple         # minimum driver on each forward-compatible branch, e.g. ("470.57", "525.85")
+    min_cc: str | None
+    source: str
+    unverified: frozenset
+
+    def fact(self, name: str) -> Known | None:
+        value = dict(self.facts).get(name)
+        return None if value is None else Known(value, f"NGC PyTorch {self.release}: {self.source}",
+                                                name not in self.unverified)
+
+
+@dataclass(frozen=True)
+class Incompat:
+    """A known DeepSpeed incompatibility: releases `deepspeed` break when every `when` condition holds."""
+
+    rule: str
+    deepspeed: SpecifierSet
+    when: tuple               # (condition, specifier or op name) pairs, in the catalog's order
+    symptom: str
+    fixed: str | None
+    source: str
+    verified: bool
+    only_known: bool = False  # an unknown fact cannot trigger it (pip resolves it unless a pin prevents that)
+
+
+@dataclass(frozen=True)
+class MegatronRelease:
+    version: Version
+    commit: str
+    python: SpecifierSet | None
+    torch: SpecifierSet | None
+    numpy: SpecifierSet | None
+    te_dev: SpecifierSet | None
+    source: str
+    verified: bool
+
+
+@dataclass(frozen=True)
+class TeRequirement:
+    versions: SpecifierSet
+    cuda: Version | None
+    cudnn: Version | None
+    torch: Version | None
+    source: str
+    verified: bool
+
+
+def spec_set(text: str | None) -> SpecifierSet | None:
+    # NGC versions are pre-releases (2.9.0a0+sha, TE 2.9.0a0 ranges): let specifiers consider them.
+    return None if text is None else SpecifierSet(text, prereleases=True)
+
+
+@cache
+def _data() -> dict:
+    # Through yamlsrc: a release or GPU written twice in this hand-kept file is refused, not overwritten.
+    return load_file(CATALOG_FILE).data
+
 
 @cache
 def gpus() -> dict[str, Gpu]:
-    data = load_file(CATALOG_FILE).data["gpus"]
     return {name: Gpu(name=name, cc=rec["cc"], min_cuda=Version(rec["min_cuda"]),
                       max_cuda_major=rec.get("max_cuda_major"), source=rec["source"],
-                      verified=bool(rec.get("verified")))
-            for name, rec in data.items()}
+                      verified=bool(rec.get("verified")), datacenter=rec.get("datacenter", True),
+                      unverified=frozenset(rec.get("unverified", ())))
+            for name, rec in _data()["gpus"].items()}
+
+
+@cache
+def ngc_releases() -> dict[str, NgcRelease]:
+    out = {}
+    for release, rec in _data()["ngc_pytorch"]["releases"].items():
+        facts = {k: str(v) for k, v in rec.items()
+                 if k not in ("min_driver", "fwd_compat", "min_cc", "source", "unverified")}
+        out[release] = NgcRelease(release=release, facts=tuple(sorted(facts.items())),
+                                  min_driver=rec.get("min_driver"), fwd_compat=tuple(rec.get("fwd_compat", ())),
+                                  min_cc=rec.get("min_cc"), source=rec["source"],
+                                  unverified=frozenset(rec.get("unverified", ())))
+    return out
+
+
+def ngc_release(image: str) -> NgcRelease | None:
+    """The catalog's record for an NGC PyTorch image reference, or None (not NGC, or a month it lacks)."""
+    m = NGC_TAG.search(image)
+    return ngc_releases().get(m.group(1)) if m else None
+
+
+def ngc_apex(release: str) -> Known | None:
+    rec = _data()["ngc_pytorch"]["apex"]
+    if Version(release) > Version(rec["through"]):
+        return None
+    return Known("present", rec["source"], bool(rec["verified"]))
+
+
+def driver_tuple(text: str) -> tuple:
+    return tuple(int(p) for p in str(text).split("."))
+
+
+def toolkit_driver(cuda: Version) -> Known | None:
+    """The minimum driver of the newest toolkit row at or below this CUDA (same major.minor), as
+    Known(("12.8.1", "570.124.06")). Without an update number the GA row is used, the lower bound."""
+    rec = _data()["cuda_driver"]["toolkit"]
+    rows = [(Version(v), d) for v, d in rec["rows"].items()]
+    patch = Version(".".join(map(str, cuda.release[:3])))
+    same = [(v, d) for v, d in rows if v.release[:2] == cuda.release[:2] and v <= patch]
+    if not same:
+        return None
+    row, driver = max(same)
+    return Known((str(row), driver), rec["source"], bool(rec["verified"]))
+
+
+def minor_version_floor(major: int) -> Known | None:
+    rec = _data()["cuda_driver"]["minor_version_compat"]
+    floor = rec["floors"].get(str(major))
+    return None if floor is None else Known(floor, rec["source"], bool(rec["verified"]))
+
+
+def forward_compat_source() -> str:
+    return _data()["cuda_driver"]["forward_compat"]["source"]
+
+
+def _ranged(rec: dict, version: Version, field: str) -> Known | None:
+    for r in rec["ranges"]:
+        if version in spec_set(r["versions"]):
+            return Known(r[field], rec["source"], bool(rec["verified"]))
+    return None
+
+
+def ds_max_python(version: Version) -> Known | None:
+    return _ranged(_data()["deepspeed"]["python_classifiers"], version, "max_python")
+
+
+def ds_mismatch_ok(version: Version) -> Known | None:
+    """The CUDA versions between which DeepSpeed's op builder tolerates nvcc != torch's CUDA."""
+    return _ranged(_data()["deepspeed"]["cuda_minor_mismatch_ok"], version, "cuda")
+
+
+def ds_requires(version: Version) -> list[tuple[str, SpecifierSet, Known]]:
+    """(package, specifier, where from) that `pip install deepspeed==version` asks pip for."""
+    return [(r["package"], spec_set(r["spec"]), Known(r["spec"], r["source"], bool(r["verified"])))
+            for r in _data()["deepspeed"]["requires"] if version in spec_set(r["versions"])]
+
+
+@cache
+def ds_incompatibilities() -> tuple[Incompat, ...]:
+    return tuple(Incompat(rule=r["rule"], deepspeed=spec_set(r["deepspeed"]),
+                          when=tuple((k, str(v)) for k, v in r["when"].items()), symptom=r["symptom"],
+                          fixed=r.get("fixed"), source=r["source"], verified=bool(r["verified"]),
+                          only_known=bool(r.get("only_known")))
+                 for r in _data()["deepspeed"]["incompatibilities"])
+
+
+def ds_arch_variant() -> dict:
+    return dict(_data()["deepspeed"]["arch_variant"])
+
+
+@cache
+def megatron_releases() -> tuple[MegatronRelease, ...]:
+    rec = _data()["megatron_core"]
+    return tuple(MegatronRelease(version=Version(r["version"]), commit=r["commit"], python=spec_set(r.get("python")),
+                                 torch=spec_set(r.get("torch")), numpy=spec_set(r.get("numpy")),
+                                 te_dev=spec_set(r.get("te_dev")),
+                                 source=f"{rec['source']} (core_v{r['version']})", verified=bool(rec["verified"]))
+                 for r in rec["releases"])
+
+
+def megatron_release(version: Version | None = None, commit: str | None = None) -> MegatronRelease | None:
+    for rel in megatron_releases():
+        if (version is not None and rel.version == version) or (commit is not None and rel.commit == commit):
+            return rel
+    return None
+
+
+def te_requirements(version: Version) -> list[TeRequirement]:
+    out = []
+    for r in _data()["transformer_engine"]["requirements"]:
+        if version in spec_set(r["versions"]):
+            out.append(TeRequirement(versions=spec_set(r["versions"]),
+                                     **{k: Version(r[k]) if k in r else None for k in ("cuda", "cudnn", "torch")},
+                                     source=r["source"], verified=bool(r["verified"])))
+    return out
+
+
+def te_fp8() -> Known:
+    rec = _data()["transformer_engine"]["fp8"]
+    return Known(rec["min_cc"], rec["source"], bool(rec["verified"]))
+
+
+def torch_replacers() -> Known:
+    rec = _data()["torch_replacement"]
+    return Known(tuple(rec["always"]), rec["source"], bool(rec["verified"]))
+
+
+def torch_nccl_source() -> str:
+    return _data()["torch_nccl"]["source"]
+
+
+def torch_nccl(torch: Version) -> Known | None:
+    """The NCCL that torch's Linux CUDA wheels of this major.minor pin (nvidia-nccl-cuXX)."""
+    rec = _data()["torch_nccl"]
+    minor = ".".join(map(str, torch.release[:2]))
+    for pin in rec["pins"]:
+        if pin["torch"] == minor:
+            return Known(pin["nccl"], rec["source"], bool(pin["verified"]))
+    return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +25,17 @@ NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*\Z")  # \Z: "$" would accept a 
 IMAGE_REF = re.compile(r"^(?:\{registry\}/)?[a-zA-Z0-9][a-zA-Z0-9._:/-]*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?\Z")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]+)?\Z")
+DRIVER = re.compile(r"^[0-9]{3}(?:\.[0-9]{1,3}){0,2}\Z")  # an NVIDIA Linux driver: 580, 580.65, 580.65.06
 FAMILIES = ("ngc-pytorch", "debian")
 PROVIDES = ("python", "torch", "cuda", "cudnn", "nccl", "transformer_engine", "apex", "numpy", "os")
 TAG_FIELDS = ("stack", "date", "torch", "cuda", "python", "deepspeed", "megatron", "transformer_engine", "apex", "nccl")
 DEFAULT_TAGS = ("{stack}", "{stack}-{date}")
 SECTIONS = {"layers": ("base", "layer"), "projects": ("project",), "runtimes": ("runtime",)}
 TOP_KEYS = {"version", "site", "bases", "layers", "projects", "runtimes", "stacks"}
-SITE_KEYS = {"registry", "namespace", "description"}
+SITE_KEYS = {"registry", "namespace", "description", "driver_floor"}
 BASE_KEYS = {"image", "digest", "family", "provides", "source", "description"}
 LAYER_KEYS = {"kind", "params", "description"}
-STACK_KEYS = {"extends", "description", "base", "layers", "project", "runtime", "gpus", "tags"}
+STACK_KEYS = {"extends", "description", "base", "layers", "project", "runtime", "gpus", "tags", "driver_floor"}
 DEFAULT_REGISTRY = "127.0.0.1:5000"
 DEFAULT_NAMESPACE = "imgbuild"
 
@@ -43,6 +44,7 @@ DEFAULT_NAMESPACE = "imgbuild"
 class Site:
     registry: str = DEFAULT_REGISTRY
     namespace: str = DEFAULT_NAMESPACE
+    driver_floor: str | None = None   # the oldest NVIDIA driver on the site's GPU nodes
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class Stack:
     gpus: tuple    # catalog.Gpu
     tags: tuple    # tag templates
     line: int | None
+    driver_floor: str | None = None  # the stack's own, else the site's (preflight checks it against CUDA)
 
     def compiles_cuda(self, layer: LayerDef) -> bool:
         kind = layer.kind
@@ -116,6 +119,7 @@ class Spec:
     layers: dict   # every LayerDef by name (layers, projects and runtimes share one namespace)
     stacks: dict
     kinds: dict
+    doc: Doc | None = field(default=None, compare=False, repr=False)  # lines of every key, for findings
 
     def stack(self, name: str) -> Stack:
         if name not in self.stacks:
@@ -177,7 +181,18 @@ class _Loader:
         namespace = self.string(("site", "namespace"), raw.get("namespace", DEFAULT_NAMESPACE))
         if not all(NAME.match(p) for p in namespace.split("/")):
             raise self.err(("site", "namespace"), f"{namespace!r} is not a valid repository path")
-        return Site(registry=registry, namespace=namespace)
+        return Site(registry=registry, namespace=namespace,
+                    driver_floor=self.driver(("site", "driver_floor"), raw.get("driver_floor")))
+
+    def driver(self, path: tuple, value: Any) -> str | None:
+        """A driver version kept as NVIDIA writes it (580.65.06): as a PEP 440 version it would print as
+        580.65.6. Compared as integers by preflight."""
+        if value is None:
+            return None
+        value = self.string(path, value)
+        if not DRIVER.match(value):
+            raise self.err(path, f"{value!r} is not an NVIDIA driver version (e.g. 580.65.06)")
+        return value
 
     def base(self, name: str, raw: Any) -> Base:
         path = ("bases", name)
@@ -251,7 +266,7 @@ class _Loader:
         merged.update({k: v for k, v in raw.items() if k != "extends"})
         return merged
 
-    def stack(self, name: str, raw: dict, bases: dict, layers: dict) -> Stack:
+    def stack(self, name: str, raw: dict, bases: dict, layers: dict, site: Site) -> Stack:
         path = ("stacks", name)
 
         def ref(key: str, value: Any, section: str, pool: dict) -> Any:
@@ -297,7 +312,8 @@ class _Loader:
             if not re.fullmatch(r"[A-Za-z0-9_.{}-]+", tag):
                 raise self.err(path + ("tags", i), f"{tag!r} has characters a Docker tag cannot hold")
         stack = Stack(name=name, description=str(raw.get("description", "")), base=base, chain=tuple(chain),
-                      gpus=tuple(gpus), tags=tuple(tags), line=self.doc.line(path))
+                      gpus=tuple(gpus), tags=tuple(tags), line=self.doc.line(path),
+                      driver_floor=self.driver(path + ("driver_floor",), raw.get("driver_floor")) or site.driver_floor)
         self.check_chain(stack, path)
         return stack
 
@@ -356,8 +372,9 @@ def load_spec(file: str | Path, root: str | Path | None = None) -> Spec:
     raw_stacks = loader.mapping(("stacks",), loader.required((), data, "stacks"))
     for name in raw_stacks:
         loader.name(("stacks", name), name)
-        stacks[name] = loader.stack(name, loader.stack_raw(raw_stacks, name), bases, layers)
-    return Spec(file=str(file), root=root, site=site, bases=bases, layers=layers, stacks=stacks, kinds=kinds)
+        stacks[name] = loader.stack(name, loader.stack_raw(raw_stacks, name), bases, layers, site)
+    return Spec(file=str(file), root=root, site=site, bases=bases, layers=layers, stacks=stacks, kinds=kinds,
+                doc=doc)
 
 
 __all__ = ["Spec", "Stack", "Base", "LayerDef", "Site", "load_spec", "Version"]

@@ -65,7 +65,7 @@ stacks:
 
 CATALOG_GPUS = "catalog GPUs: V100, T4, A100"
 TOP_KEYS = "allowed: bases, layers, projects, runtimes, site, stacks, version"
-STACK_KEYS = "allowed: base, description, extends, gpus, layers, project, runtime, tags"
+STACK_KEYS = "allowed: base, description, driver_floor, extends, gpus, layers, project, runtime, tags"
 BASE_KEYS = "allowed: description, digest, family, image, provides, source"
 DS_PARAMS = "allowed: apt, libaio, ops, packages, runtime_ops, version"
 KINDS = "kinds (folders under layers/): apex, cpu-torch, deepspeed, megatron, ngc-pytorch, project, runtime-env, transformer-engine"
@@ -90,7 +90,7 @@ CASES = [
     Case("unknown-key-in-base", "    family: debian\n", "    family: debian\n    digets: sha256:00  # <==\n",
          "bases.deb.digets", "unknown key 'digets'", BASE_KEYS),
     Case("unknown-key-in-site", "  namespace: imgbuild\n", "  namespace: imgbuild\n  user: me  # <==\n",
-         "site.user", "unknown key 'user'", "allowed: description, namespace, registry"),
+         "site.user", "unknown key 'user'", "allowed: description, driver_floor, namespace, registry"),
     Case("unknown-layer-param", 'params: {version: "0.19.5", ops: [fused_adam]}',
          'params: {version: "0.19.5", opts: [fused_adam]}  # <==',
          "layers.ds.params.opts", "unknown parameter 'opts' for kind 'deepspeed'", DS_PARAMS),

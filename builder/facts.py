@@ -1,0 +1,190 @@
+"""What a stack is made of, fact by fact, and how sure imgbuild is of each.
+
+A base's facts come from, in order of trust: a measurement of the base image (stacks.lock.yaml,
+written by `imgbuild lock`), what stacks.yaml declares under `provides`, then the catalog. Each
+layer then adds what it installs: its framework's version, the packages it pins, the environment it
+sets. Every fact keeps its origin, its source and the key path in stacks.yaml it belongs to, so a
+finding can name both the key to change and the fact behind the rule.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from . import catalog
+from .params import GitPin, WheelPin
+from .spec import Base, LayerDef, Spec, Stack
+
+ORIGINS = ("measured", "declared", "catalog")
+# Facts a measured or declared value replaces one by one (measured > declared > catalog).
+BASE_FACTS = ("python", "torch", "torch_cuda", "torch_archs", "cuda", "nvcc", "cudnn", "nccl", "numpy", "pydantic",
+              "transformer_engine", "apex", "deepspeed", "pip_constraint", "os")
+CU_LOCAL = re.compile(r"^cu(\d+)(\d)$")        # torch 2.7.1+cu126 -> CUDA 12.6
+CP_TAG = re.compile(r"-cp(\d)(\d+)-")            # torch-...-cp311-... -> Python 3.11
+NGC_TORCH_CUDA = ("NGC builds torch with the container's nvcc, so torch's CUDA is the container's "
+                  "(compat_facts.md 4.2)")
+
+
+@dataclass(frozen=True)
+class Fact:
+    value: Any            # a Version, a str, or None: measured and not installed
+    origin: str           # measured | declared | catalog
+    source: str
+    verified: bool | None  # None: declared by the site, which imgbuild cannot verify
+    key: tuple = ()       # the key path in stacks.yaml it belongs to
+
+
+def as_version(value: Any) -> Any:
+    if value is None or isinstance(value, Version):
+        return value
+    try:
+        return Version(str(value))
+    except InvalidVersion:
+        return str(value)
+
+
+def major_minor(v: Version) -> str:
+    return ".".join(map(str, v.release[:2]))
+
+
+@dataclass
+class StackFacts:
+    stack: Stack
+    facts: dict = field(default_factory=dict)      # name -> Fact (what the image will hold)
+    options: dict = field(default_factory=dict)    # name -> [Fact] every origin that had a value for the base
+    providers: dict = field(default_factory=dict)  # provided name -> LayerDef that installs it
+    pins: dict = field(default_factory=dict)       # canonical package name -> (Version, key path, LayerDef)
+    env: dict = field(default_factory=dict)        # variable -> (value, key path, LayerDef)
+    lock_note: str = ""                            # why measured facts were not used, when they were not
+
+    def get(self, name: str) -> Fact | None:
+        return self.facts.get(name)
+
+    def version(self, name: str) -> Version | None:
+        fact = self.facts.get(name)
+        return fact.value if fact is not None and isinstance(fact.value, Version) else None
+
+
+def _catalog_facts(base: Base) -> dict[str, Fact]:
+    if base.family != "ngc-pytorch":
+        return {}
+    rel = catalog.ngc_release(base.image)
+    if rel is None:
+        return {}
+    key = ("bases", base.name, "image")
+    out = {}
+    for name in BASE_FACTS:
+        known = rel.fact(name)
+        if known is not None:
+            out[name] = Fact(as_version(known.value), "catalog", known.source, known.verified, key)
+    apex = catalog.ngc_apex(rel.release)
+    if apex is not None:
+        out["apex"] = Fact(apex.value, "catalog", apex.source, apex.verified, key)
+    return out
+
+
+def _declared_facts(base: Base) -> dict[str, Fact]:
+    source = f"stacks.yaml bases.{base.name}.provides" + (f" ({base.source})" if base.source else "")
+    return {name: Fact(value, "declared", source, None, ("bases", base.name, "provides", name))
+            for name, value in base.provides}
+
+
+def _measured_facts(spec: Spec, base: Base, lock: Any) -> tuple[dict[str, Fact], str]:
+    entry = lock.bases.get(base.name) if lock is not None else None
+    if entry is None:
+        return {}, ""
+    if entry.image != base.ref(spec.site) or (base.digest and entry.digest != base.digest):
+        return {}, (f"{lock.file} was probed from {entry.image}@{entry.digest}, not the base stacks.yaml names "
+                    f"now; run `imgbuild lock` again")
+    source = f"{lock.file}: probe of {entry.image}@{entry.digest} on {entry.probed}"
+    key = ("bases", base.name)
+    return {name: Fact(as_version(value), "measured", source, True, key) for name, value in entry.facts.items()
+            if name in BASE_FACTS}, ""
+
+
+def _derive(facts: dict[str, Fact], family: str) -> None:
+    """torch's CUDA and nvcc, where only the toolkit's CUDA is known."""
+    torch = facts.get("torch")
+    if "torch_cuda" not in facts and torch is not None and isinstance(torch.value, Version) and torch.value.local:
+        m = CU_LOCAL.match(torch.value.local)
+        if m:
+            facts["torch_cuda"] = Fact(Version(f"{m.group(1)}.{m.group(2)}"), torch.origin,
+                                       f"local version label of torch {torch.value}", torch.verified, torch.key)
+        elif torch.value.local.startswith("cpu"):
+            facts["torch_cuda"] = Fact(None, torch.origin, f"torch {torch.value} is a CPU build", torch.verified,
+                                       torch.key)
+    cuda = facts.get("cuda")
+    if cuda is not None and family == "ngc-pytorch":
+        facts.setdefault("nvcc", cuda)
+        facts.setdefault("torch_cuda", Fact(cuda.value, cuda.origin, f"{cuda.source}; {NGC_TORCH_CUDA}",
+                                            cuda.verified, cuda.key))
+
+
+def resolve(spec: Spec, stack: Stack, lock: Any = None) -> StackFacts:
+    """The facts of one stack: its base's, then what every layer of its chain adds."""
+    base = stack.base
+    sf = StackFacts(stack=stack)
+    measured, sf.lock_note = _measured_facts(spec, base, lock)
+    by_origin = {"measured": measured, "declared": _declared_facts(base), "catalog": _catalog_facts(base)}
+    for name in BASE_FACTS:
+        found = [by_origin[o][name] for o in ORIGINS if name in by_origin[o]]
+        if found:
+            sf.options[name] = found
+            sf.facts[name] = found[0]
+    _derive(sf.facts, base.family)
+    for layer in stack.chain:
+        _apply(sf, layer)
+    return sf
+
+
+def _apply(sf: StackFacts, layer: LayerDef) -> None:
+    path = (layer.section, layer.name, "params")
+    params = dict(layer.params)
+    for name in layer.kind.provides:
+        sf.providers[name] = layer
+    version = params.get("version")
+    for name in layer.kind.provides:
+        if version is not None and name in ("deepspeed", "transformer_engine", "megatron", "apex"):
+            sf.facts[name] = Fact(version, "declared", f"stacks.yaml {layer.section}.{layer.name}.params.version",
+                                  None, path + ("version",))
+    for pname, value in params.items():
+        if isinstance(value, WheelPin):
+            _wheel(sf, layer, value, path + (pname, "file"))
+        elif isinstance(value, GitPin) and "megatron" in layer.kind.provides and version is None:
+            rel = catalog.megatron_release(commit=value.commit)
+            if rel is not None:
+                sf.facts["megatron"] = Fact(rel.version, "catalog", rel.source, rel.verified, path + (pname, "commit"))
+        elif layer.kind.params[pname].type == "requirements":
+            for i, text in enumerate(value):
+                req = Requirement(text)
+                pinned = Version(next(iter(req.specifier)).version)
+                name = canonicalize_name(req.name)
+                sf.pins[name] = (pinned, path + (pname, i), layer)
+                if name in ("numpy", "pydantic"):
+                    sf.facts[name] = Fact(pinned, "declared", f"stacks.yaml {layer.section}.{layer.name}.params."
+                                          f"{pname} pins {text}", None, path + (pname, i))
+        elif layer.kind.params[pname].type == "map":
+            for var, val in value:
+                sf.env[var] = (val, path + (pname, var), layer)
+
+
+def _wheel(sf: StackFacts, layer: LayerDef, wheel: WheelPin, key: tuple) -> None:
+    """A wheel of a framework the layer provides: its version (and torch's CUDA, Python) from the file name."""
+    dist, _, rest = wheel.file.partition("-")
+    if dist not in layer.kind.provides:
+        return
+    source = f"stacks.yaml {layer.section}.{layer.name}: wheel {wheel.file}"
+    version = as_version(rest.split("-")[0])
+    sf.facts[dist] = Fact(version, "declared", source, None, key)
+    if dist == "torch":
+        sf.facts.pop("torch_cuda", None)
+        _derive(sf.facts, "")
+        m = CP_TAG.search(wheel.file)
+        if m and "python" not in sf.facts:
+            sf.facts["python"] = Fact(Version(f"{m.group(1)}.{m.group(2)}"), "declared", source, None, key)

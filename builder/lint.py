@@ -1,0 +1,603 @@
+"""Lint: the fragile patterns of hand-written training-image Dockerfiles (../shared/reference/
+fragile_patterns.md), found in the spec, in imgbuild's own rendered Dockerfiles, and in any Dockerfile
+a site points `imgbuild lint` at. Each finding has a rule id (IB1xx), a line, a severity and a fix.
+
+The Dockerfile reader is small on purpose: instructions with their continuation lines joined (comment
+lines inside a continuation dropped, as Docker does), heredocs kept, and for every instruction the
+physical line of each part, so that a finding points at the line that holds the pattern.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import shlex
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import Version
+
+from . import catalog
+from .facts import resolve
+from .findings import Finding
+from .spec import Spec
+from .yamlsrc import dotted
+
+HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
+HEX_SHORT = re.compile(r"^[0-9a-f]{7,39}\Z")
+SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)\Z", re.I)
+USERINFO = re.compile(r"\b[a-z][a-z0-9+.-]*://([^/\s:@'\"]+):([^/\s@'\"]+)@", re.I)
+PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
+CRED_FILES = re.compile(r"(^|/)(id_rsa|id_ed25519|id_ecdsa|\.netrc|\.pypirc|\.git-credentials|credentials(\.json)?)\Z")
+ARCH_VARS = ("TORCH_CUDA_ARCH_LIST", "NVTE_CUDA_ARCHS", "CMAKE_CUDA_ARCHITECTURES")
+ARCH_VARIANT = re.compile(r"\b\d+\.\d+a\b")   # '9.0a', '10.0a': arch-specific targets
+GENCODE = re.compile(r"(?:arch=compute_|code=sm_)(\d+a?)")
+CUDA_FLAVOUR = re.compile(r"(?:-cu(\d{2,3})\b|^cupy-cuda(\d+)x\b|\+cu(\d{2,3})\b|/whl/cu(\d{2,3})\b)")
+CPU_DS_OPS = {"CPU_ADAM", "CPU_ADAGRAD", "CPU_LION", "AIO"}
+# pip options that take a value (the next word is not a requirement).
+PIP_VALUE_OPTS = {"-r", "--requirement", "-c", "--constraint", "-e", "--editable", "-i", "--index-url",
+                  "--extra-index-url", "-f", "--find-links", "-t", "--target", "--prefix", "--root", "--src",
+                  "--config-settings", "-C", "--global-option", "--build-option", "--platform", "--python-version",
+                  "--implementation", "--abi", "--upgrade-strategy", "--progress-bar", "--cache-dir", "--log",
+                  "--trusted-host", "--proxy", "--retries", "--timeout", "--exists-action", "--only-binary",
+                  "--no-binary", "--report", "--python"}
+INSTALLS = re.compile(r"^(?:\S*pip3?|\S*python3?(?:\.\d+)? -m pip|uv pip|conda|mamba|apt-get|apt|make|cmake|"
+                      r"git|curl|wget)\b.*\b(install|build|clone|checkout|--build)\b")
+# The pattern of ../shared/reference/fragile_patterns.md (or the promise of DESIGN.md) each rule enforces.
+PATTERNS = {rule: f"fragile_patterns.md {text}" for rule, text in {
+    "IB101": "1 (floating refs)", "IB102": "1 (weak refs: short hashes)", "IB103": "1 (install without a version)",
+    "IB104": "3 (arch targets missing)", "IB105": "3 (arch targets mixed)", "IB106": "3 (ARG before FROM)",
+    "IB107": "4 (silent failure)", "IB108": "5 (mismatched CUDA flavours)", "IB109": "2 (replacing the base's torch)",
+    "IB110": "6 (secrets and credentials baked in)", "IB112": "1 (floating refs: a base by tag)"}.items()}
+PREDEFINED_ARGS = {"HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY", "TARGETPLATFORM",
+                   "TARGETOS", "TARGETARCH", "TARGETVARIANT", "BUILDPLATFORM", "BUILDOS", "BUILDARCH", "BUILDVARIANT"}
+
+
+# -- reading a Dockerfile ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Instruction:
+    keyword: str
+    args: str
+    line: int
+    stage: int            # index of its FROM stage; -1 before the first FROM
+    starts: tuple = ()    # (offset in args, physical line) of every joined part
+
+    def line_at(self, offset: int) -> int:
+        i = bisect.bisect_right([s for s, _ in self.starts], offset) - 1
+        return self.starts[max(i, 0)][1] if self.starts else self.line
+
+
+def parse(text: str) -> list[Instruction]:
+    lines = text.split("\n")
+    escape = "`" if re.match(r"#\s*escape\s*=\s*`", lines[0] if lines else "") else "\\"
+    out: list[Instruction] = []
+    stage, i = -1, 0
+    while i < len(lines):
+        raw = lines[i].strip()
+        if not raw or raw.startswith("#"):
+            i += 1
+            continue
+        first, body, starts = i + 1, "", []
+        while True:
+            line = lines[i].strip() if i < len(lines) else ""
+            if body and line.startswith("#"):
+                i += 1
+                continue
+            cont = line.endswith(escape)
+            starts.append((len(body), i + 1))
+            body += (line[:-1] if cont else line) + (" " if cont else "")
+            i += 1
+            if not cont or i >= len(lines):
+                break
+        for tag in re.findall(r"<<-?[\"']?([A-Za-z_][A-Za-z0-9_]*)[\"']?", body):
+            while i < len(lines) and lines[i].strip() != tag:  # a heredoc: its lines belong to this instruction
+                starts.append((len(body) + 1, i + 1))
+                body += "\n" + lines[i]
+                i += 1
+            i += 1
+        keyword, _, args = body.strip().partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            stage += 1
+        shift = len(body) - len(body.lstrip()) + len(keyword) + 1
+        out.append(Instruction(keyword, args.strip(), first, stage,
+                               tuple((max(s - shift, 0), n) for s, n in starts)))
+    return out
+
+
+def segments(command: str) -> list[tuple[str, str, int]]:
+    """A shell command split on ; && || | and newlines outside quotes: (text, separator after, offset)."""
+    out, cur, start, quote, i = [], "", 0, "", 0
+    while i < len(command):
+        c = command[i]
+        if quote:
+            quote = "" if c == quote else quote
+            cur += c
+        elif c in "'\"":
+            quote, cur = c, cur + c
+        elif command.startswith(("&&", "||"), i) or c in ";|\n":
+            sep = command[i:i + 2] if command.startswith(("&&", "||"), i) else c
+            out.append((cur.strip(), sep, start + len(cur) - len(cur.lstrip())))
+            i += len(sep)
+            cur, start = "", i
+            continue
+        else:
+            cur += c
+        i += 1
+    out.append((cur.strip(), "", start + len(cur) - len(cur.lstrip())))
+    return [s for s in out if s[0] or s[1]]
+
+
+@lru_cache(maxsize=4096)
+def words(text: str) -> tuple[str, ...]:
+    """Shell words (quotes removed); cached, since every rule reads the same commands."""
+    try:
+        return tuple(shlex.split(text, posix=True))
+    except ValueError:
+        return tuple(text.split())
+
+
+def arch_set(value: str) -> frozenset | None:
+    """An arch list in any spelling as a set of sm numbers ('9.0;10.0', '90 100', '9.0+PTX', '90-real')."""
+    if "$" in value:
+        return None
+    out = set()
+    for item in re.split(r"[;,\s]+", value.strip().strip("'\"")):
+        item = item.replace("+PTX", "").replace("-real", "").replace("-virtual", "").lower()
+        if not item:
+            continue
+        m = re.fullmatch(r"(\d+)\.(\d)(a?)|(\d{2,3})(a?)", item)
+        if not m:
+            return None
+        out.add(f"{m.group(1)}{m.group(2)}" if m.group(1) else m.group(4))
+    return frozenset(out)
+
+
+def assignments(text: str) -> dict[str, tuple[str, int]]:
+    """NAME=value pairs in ENV/ARG arguments or a shell command (export X=1, X=1 cmd): value, offset."""
+    found = {}
+    for m in re.finditer(r"(?:^|[\s;])(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|\S*)", text):
+        found[m.group(1)] = (m.group(2).strip("'\""), m.start(1))
+    return found
+
+
+# -- Dockerfile rules -------------------------------------------------------------------------------
+
+@dataclass
+class Context:
+    file: str
+    instructions: list
+    base_cuda: Version | None = None      # CUDA of the image the first stage starts from, when known
+    base_torch: bool | None = None        # whether that image ships torch
+    findings: list = field(default_factory=list)
+
+    def add(self, rule_id: str, severity: str, ins: Instruction, offset: int, message: str, fix: str,
+            source: str = "") -> None:
+        self.findings.append(Finding(rule=rule_id, severity=severity, message=message, file=self.file,
+                                     line=ins.line_at(offset), key=ins.keyword, source=source or PATTERNS[rule_id],
+                                     fix=fix))
+
+    @cached_property
+    def segments(self) -> list[tuple[Instruction, str, str, int]]:
+        """(RUN, one shell segment, the separator after it, its offset), split once for every rule."""
+        out = []
+        for ins in self.instructions:
+            if ins.keyword == "RUN":
+                body = re.sub(r"^(--\S+\s+)+", lambda m: " " * len(m.group(0)), ins.args)
+                out += [(ins, text, sep, offset) for text, sep, offset in segments(body)]
+        return out
+
+    def runs(self) -> Iterator[tuple[Instruction, str, str, int]]:
+        return iter(self.segments)
+
+
+DOCKERFILE_RULES: list[Callable[[Context], None]] = []
+
+
+def dockerfile_rule(fn):
+    DOCKERFILE_RULES.append(fn)
+    return fn
+
+
+def _pip_args(text: str) -> tuple[str, ...] | None:
+    """The arguments of `pip install` (pip, pip3, /path/to/pip, python -m pip, uv pip), or None."""
+    w = words(text)
+    for i, word in enumerate(w):
+        if word.rsplit("/", 1)[-1] in ("pip", "pip3") and w[i + 1:i + 2] == ("install",):
+            return w[i + 2:]
+    return None
+
+
+def _requirements(args: tuple[str, ...]) -> Iterator[str]:
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in PIP_VALUE_OPTS:
+            skip = True
+        elif not a.startswith("-"):
+            yield a
+
+
+@dockerfile_rule
+def floating_refs(ctx: Context) -> None:
+    """IB101 floating refs (clones of a branch, @main, release branches); IB102 short hashes."""
+    for ins, text, _, offset in ctx.runs():
+        w = words(text)
+        refs = []
+        if w[:2] == ("git", "clone"):
+            branch = next((w[i + 1] for i, x in enumerate(w[:-1]) if x in ("-b", "--branch")), None)
+            pinned = re.search(r"git (?:-C \S+ )?(?:checkout|reset --hard|switch --detach) ([0-9a-f]{40})\b", ins.args)
+            if not pinned:
+                ctx.add("IB101", "error", ins, offset, f"git clone{f' of branch/tag {branch}' if branch else ''} "
+                        "without checking out a full commit: the image changes whenever the branch moves",
+                        "git checkout <40-hex commit> after the clone (imgbuild: a git parameter pins the commit)")
+                continue
+        if w[:2] == ("git", "checkout") and len(w) > 2:
+            refs.append(w[-1])
+        for a in w:
+            m = re.match(r"^(?:git\+)?\S+\.git@([^#\s]+)", a) if "git" in a else None
+            if m:
+                refs.append(m.group(1))
+            elif a.startswith("git+") and "@" not in a.split("://", 1)[-1]:
+                refs.append("HEAD")
+        for ref in refs:
+            if HEX40.match(ref) or ref.startswith("$"):
+                continue
+            if HEX_SHORT.match(ref):
+                ctx.add("IB102", "error", ins, offset, f"short commit hash {ref!r}: it can become ambiguous, and a "
+                        "tool that verifies pins cannot compare it", "use the full 40-hex commit")
+            else:
+                ctx.add("IB101", "error", ins, offset, f"floating git ref {ref!r}: the image changes without any file "
+                        "changing", "pin the full 40-hex commit (git rev-parse 'TAG^{commit}')")
+
+
+@dockerfile_rule
+def unpinned_installs(ctx: Context) -> None:
+    """IB103: pip installs of a package without an exact version (paths, wheels and URLs aside)."""
+    for ins, text, _, offset in ctx.runs():
+        args = _pip_args(text)
+        if args is None:
+            continue
+        for a in _requirements(args):
+            if a.startswith((".", "/", "git+", "$", "http:", "https:", "file:")) or a.endswith((".whl", ".tar.gz")):
+                continue
+            try:
+                req = Requirement(a)
+            except InvalidRequirement:
+                continue
+            if req.url or not any(s.operator in ("==", "===") for s in req.specifier):
+                ctx.add("IB103", "error", ins, offset + max(text.find(a), 0), f"pip installs {a!r} without an exact "
+                        "version: the image changes whenever a new release appears", f"pin it: {req.name}==<version>")
+
+
+def _stage_scope(ctx: Context, ins: Instruction) -> dict[str, tuple[str | None, Instruction, int]]:
+    """Variables visible to an instruction: ARG/ENV of its stage before it (global ARGs only when
+    re-declared in the stage, which is the Docker rule). None: an ARG whose value comes from --build-arg."""
+    scope = {}
+    for other in ctx.instructions:
+        if other is ins:
+            break
+        if other.stage == ins.stage and other.keyword in ("ARG", "ENV"):
+            for name, (value, off) in assignments(other.args).items():
+                scope[name] = (value, other, off)
+            if other.keyword == "ARG" and "=" not in other.args:
+                scope.setdefault(other.args.split()[0], (None, other, 0))
+    return scope
+
+
+def _compiles_cuda(args: str) -> str | None:
+    ds = [op for op in re.findall(r"DS_BUILD_([A-Z_]+)=1", args) if op not in CPU_DS_OPS]
+    if ds:
+        return f"DeepSpeed ops ({', '.join(o.lower() for o in ds)})"
+    if re.search(r"APEX_CUDA_EXT=1|--cuda_ext", args):
+        return "Apex CUDA extensions"
+    if re.search(r"NVTE_FRAMEWORK=|transformer[_-]?engine", args, re.I) and "install" in args \
+            and "NVTE_FRAMEWORK=none" not in args:
+        return "Transformer Engine"
+    if re.search(r"flash[_-]attn", args) and "install" in args:
+        return "flash-attn"
+    return None
+
+
+@dockerfile_rule
+def arch_lists(ctx: Context) -> None:
+    """IB104 compiled CUDA without an arch list; IB105 arch lists that disagree within a stage."""
+    for ins in ctx.instructions:
+        if ins.keyword != "RUN":
+            continue
+        what = _compiles_cuda(ins.args)
+        scope = {**_stage_scope(ctx, ins), **{k: (v, ins, o) for k, (v, o) in assignments(ins.args).items()}}
+        if what:
+            needed = ARCH_VARS if what == "Transformer Engine" else ("TORCH_CUDA_ARCH_LIST",)
+            if not any(v in scope and scope[v][0] != "" for v in needed):
+                ctx.add("IB104", "error", ins, 0, f"{what} compiled without {' or '.join(needed)}: it builds for the "
+                        "GPU of the build host, or for none", f"set {needed[0]} for the target GPUs in this stage "
+                        "(an ARG before FROM does not reach it)")
+    by_stage: dict[int, dict] = {}
+    for ins in ctx.instructions:
+        spellings = by_stage.setdefault(ins.stage, {})
+        if ins.keyword in ("ARG", "ENV", "RUN"):
+            for name, (value, off) in assignments(ins.args).items():
+                if name in ARCH_VARS and arch_set(value) is not None:
+                    spellings[name] = (arch_set(value), ins, off)
+        for m in GENCODE.finditer(ins.args):
+            old = spellings.get("-gencode", (frozenset(), ins, m.start()))
+            spellings["-gencode"] = (old[0] | {m.group(1)}, old[1], old[2])
+    for spellings in by_stage.values():
+        sets = {k: {a.rstrip("a") for a in v[0]} for k, v in spellings.items()}
+        if len({frozenset(s) for s in sets.values()}) > 1:
+            _, ins, off = list(spellings.values())[-1]
+            shown = "; ".join(f"{k}={','.join(sorted(s))}" for k, s in sorted(sets.items()))
+            ctx.add("IB105", "error", ins, off, f"arch lists disagree in one stage ({shown}): the tools build for "
+                    "different GPUs", "derive every spelling from one list (imgbuild derives them from gpus)")
+
+
+@dockerfile_rule
+def arg_scope(ctx: Context) -> None:
+    """IB106: an ARG declared before FROM used inside a stage that does not declare it again."""
+    globals_ = {i.args.split("=")[0].split()[0] for i in ctx.instructions if i.stage == -1 and i.keyword == "ARG"}
+    for ins in ctx.instructions:
+        if ins.stage < 0 or ins.keyword in ("FROM", "ARG"):
+            continue
+        for m in re.finditer(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", ins.args):
+            name = m.group(1)
+            if name in globals_ and name not in PREDEFINED_ARGS and name not in _stage_scope(ctx, ins) \
+                    and name not in assignments(ins.args[:m.start()]):
+                ctx.add("IB106", "error", ins, m.start(), f"${name} is declared before FROM and not again in this "
+                        "stage: it is empty here", f"add `ARG {name}` after the FROM of this stage")
+
+
+@dockerfile_rule
+def ignored_exit(ctx: Context) -> None:
+    """IB107: `|| true` and friends, and installs whose failure `;` ignores."""
+    for ins in ctx.instructions:
+        if ins.keyword != "RUN":
+            continue
+        for m in re.finditer(r"\|\|\s*(true|:|exit 0|echo\b[^;&|]*)|;\s*exit 0\b|\bset \+e\b", ins.args):
+            ctx.add("IB107", "error", ins, m.start(), f"{m.group(0).strip()!r} hides a failure: the image is "
+                    "tagged although a step failed", "remove it; let the step fail the build")
+    strict_shell = any(ins.keyword == "SHELL" and re.search(r'"-\w*e\w*"', ins.args) for ins in ctx.instructions)
+    items = ctx.segments
+    for n, (ins, text, sep, offset) in enumerate(items):
+        text = re.sub(r"^(then|else|do)\s+", "", text)
+        nxt = items[n + 1][1] if n + 1 < len(items) and items[n + 1][0] is ins else ""
+        if sep in (";", "\n") and nxt and nxt.split()[0] not in ("fi", "done", "esac", "}", "then", "do") \
+                and INSTALLS.match(text) and not strict_shell and "set -e" not in ins.args:
+            ctx.add("IB107", "warning", ins, offset, f"the exit code of {text.split()[0]} ... is ignored: "
+                    f"'{sep.strip() or 'newline'}' goes on after a failure", "join the commands with &&")
+
+
+def _flavour(name: str) -> str | None:
+    m = CUDA_FLAVOUR.search(name)
+    return next((g for g in m.groups() if g), None) if m else None
+
+
+@dockerfile_rule
+def cuda_flavours(ctx: Context) -> None:
+    """IB108: *-cuXX packages, +cuXXX wheels and /whl/cuXXX indexes for another CUDA major."""
+    for ins, text, _, offset in ctx.runs():
+        args = _pip_args(text) or []
+        for a in args:
+            flavour = _flavour(a)
+            if not flavour:
+                continue
+            at = offset + max(text.find(a), 0)
+            if ctx.base_cuda is None:
+                ctx.add("IB108", "unknown", ins, at, f"{a!r} is built for CUDA {flavour}; the base's CUDA is not "
+                        "known, so the match cannot be checked", "lint against a known base (FROM nvcr.io/nvidia/"
+                        "pytorch:YY.MM-py3 or nvidia/cuda:X.Y.Z-...)")
+            elif int(flavour[:2]) != ctx.base_cuda.major:
+                ctx.add("IB108", "error", ins, at, f"{a!r} is built for CUDA {flavour[:2]}, the base has CUDA "
+                        f"{ctx.base_cuda}", f"use the cu{ctx.base_cuda.major} flavour")
+
+
+@dockerfile_rule
+def torch_replaced(ctx: Context) -> None:
+    """IB109: installing torch (or a package that brings its own) over a base that ships torch, and
+    disabling the constraint file that keeps it."""
+    replacers = catalog.torch_replacers()
+    for ins, text, _, offset in ctx.runs():
+        args = _pip_args(text) or []
+        names = set()
+        for a in _requirements(args):
+            try:
+                names.add(Requirement(a).name.lower())
+            except InvalidRequirement:
+                continue
+        hit = sorted(names & set(replacers.value))
+        if hit and ctx.base_torch:
+            ctx.add("IB109", "error", ins, offset, f"pip installs {', '.join(hit)} over the base's torch: everything "
+                    "compiled against it (TE, Apex, DeepSpeed ops) silently breaks", "install without torch; "
+                    "use --no-build-isolation and keep the base's torch", source=replacers.source)
+        if re.search(r"(sed|rm|truncate)\b.*\S*/etc/pip/constraint\.txt|>\s*/etc/pip/constraint\.txt", text):
+            ctx.add("IB109", "warning", ins, offset, "edits NGC's /etc/pip/constraint.txt, which keeps its torch and "
+                    "the packages built with it", "leave the constraint file; pin what you add",
+                    source=replacers.source)
+    for ins in ctx.instructions:
+        value = assignments(ins.args).get("PIP_CONSTRAINT") if ins.keyword in ("ENV", "RUN", "ARG") else None
+        if value is not None and value[0] == "":
+            ctx.add("IB109", "warning", ins, value[1], "PIP_CONSTRAINT= turns off the constraint that keeps the "
+                    "base's torch", "keep the constraint file", source=replacers.source)
+
+
+@dockerfile_rule
+def credentials(ctx: Context) -> None:
+    """IB110: passwords, tokens and keys written into a layer or its history."""
+    for ins in ctx.instructions:
+        args = re.sub(r"--mount=\S+", "", ins.args)
+        for m in USERINFO.finditer(args):
+            if not m.group(2).startswith("$"):
+                ctx.add("IB110", "error", ins, m.start(), "a URL with a password or token: it stays in the image "
+                        "history", "pass it as a BuildKit secret (RUN --mount=type=secret)")
+        if PRIVATE_KEY.search(args):
+            ctx.add("IB110", "error", ins, PRIVATE_KEY.search(args).start(), "a private key in the Dockerfile",
+                    "use RUN --mount=type=ssh or a BuildKit secret")
+        if ins.keyword in ("ENV", "ARG", "RUN"):
+            for name, (value, off) in assignments(args).items():
+                if SECRET_NAME.search(name) and value and not value.startswith("$"):
+                    ctx.add("IB110", "error", ins, off, f"{name} is given a literal value: it stays in the image",
+                            "pass it as a BuildKit secret")
+            if ins.keyword == "ARG" and "=" not in args and SECRET_NAME.search(args.split()[0] if args.split() else ""):
+                ctx.add("IB110", "warning", ins, 0, f"build argument {args.split()[0]} looks like a secret: build "
+                        "arguments are recorded in the image history", "use a BuildKit secret")
+        if ins.keyword == "RUN" and re.search(r"\bchpasswd\b|--password[= ]\s*[^$\s-]", args):
+            ctx.add("IB110", "error", ins, 0, "a password set or passed in a RUN step: it stays in the layer",
+                    "use a BuildKit secret, or no password in the image")
+        if ins.keyword in ("COPY", "ADD"):
+            found = [w for w in words(args) if CRED_FILES.search(w.rstrip("/"))]
+            if found:
+                ctx.add("IB110", "error", ins, 0, f"copies {found[0]} into the image", "mount it as a BuildKit secret")
+
+
+@dockerfile_rule
+def ds_arch_variant(ctx: Context) -> None:
+    """IB111: DeepSpeed with an arch-specific TORCH_CUDA_ARCH_LIST entry (9.0a) in the same stage."""
+    fact = catalog.ds_arch_variant()
+    for ins in ctx.instructions:
+        value = assignments(ins.args).get("TORCH_CUDA_ARCH_LIST") if ins.keyword in ("ARG", "ENV", "RUN") else None
+        if not value or not ARCH_VARIANT.search(value[0]):
+            continue
+        stage = [i for i in ctx.instructions if i.stage == ins.stage and i.keyword == "RUN"]
+        ds = [re.search(r"deepspeed(?:==([\w.]+))?", i.args, re.I) for i in stage]
+        ds = [m for m in ds if m]
+        if ds:
+            version = next((m.group(1) for m in ds if m.group(1)), None)
+            measured = version == fact["measured"]
+            ctx.add("IB111", "error" if measured else "warning", ins, value[1],
+                    f"TORCH_CUDA_ARCH_LIST={value[0]!r} with DeepSpeed{f' {version}' if version else ''}: its op "
+                    f"builder fails on the arch suffix ({fact['symptom']})"
+                    + ("" if measured else f"; measured on {fact['measured']}, not known for this version"),
+                    "write the arch without the suffix (9.0 instead of 9.0a)", source=fact["source"])
+
+
+@dockerfile_rule
+def base_by_digest(ctx: Context) -> None:
+    """IB112: FROM an image by tag alone: the base can change under the same Dockerfile."""
+    stages = set()
+    for ins in ctx.instructions:
+        if ins.keyword != "FROM":
+            continue
+        w = [x for x in ins.args.split() if not x.startswith("--")]
+        image = w[0] if w else ""
+        if len(w) >= 3 and w[1].upper() == "AS":
+            stages.add(w[2].lower())
+        if "@sha256:" in image or "$" in image or image == "scratch" or image.lower() in stages:
+            continue
+        ctx.add("IB112", "warning", ins, 0, f"FROM {image} by tag alone: the base can change under the same "
+                "Dockerfile", "pin the digest: FROM image:tag@sha256:... (imgbuild records it in stacks.lock.yaml)")
+
+
+def base_of(instructions: list[Instruction]) -> tuple[Version | None, bool | None]:
+    """CUDA and whether torch is there, from the first FROM (an NGC month from the catalog, nvidia/cuda's tag)."""
+    first = next((i for i in instructions if i.keyword == "FROM"), None)
+    image = next((w for w in (first.args.split() if first else []) if not w.startswith("--")), "").split("@")[0]
+    ngc = catalog.ngc_release(image)
+    if ngc is not None:
+        cuda = ngc.fact("cuda")
+        return (Version(cuda.value) if cuda else None), True
+    m = re.search(r"(?:^|/)cuda:(\d+\.\d+(?:\.\d+)?)", image)
+    if m:
+        return Version(m.group(1)), False
+    env = [assignments(i.args).get("CUDA_VERSION") for i in instructions if i.keyword == "ENV"]
+    env = [e for e in env if e and re.match(r"^\d+\.\d+", e[0])]
+    return (Version(re.match(r"^\d+\.\d+(\.\d+)?", env[0][0]).group(0)) if env else None), None
+
+
+def lint_dockerfile(text: str, file: str, base_cuda: Version | None = None,
+                    base_torch: bool | None = None) -> list[Finding]:
+    """Findings for one Dockerfile. Without base_cuda/base_torch they are read from its first FROM."""
+    instructions = parse(text)
+    cuda, torch = base_of(instructions)
+    ctx = Context(file=file, instructions=instructions, base_cuda=base_cuda or cuda,
+                  base_torch=base_torch if base_torch is not None else torch)
+    for fn in DOCKERFILE_RULES:
+        fn(ctx)
+    return ctx.findings
+
+
+# -- the spec and imgbuild's own rendered Dockerfiles -----------------------------------------------
+
+def lint_spec(spec: Spec, stacks: Iterable[str]) -> list[Finding]:
+    """Spec values: credentials (IB110), environment that sets arch lists other than the stack's gpus
+    (IB105), turns off the torch constraint (IB109), or *-cuXX pins for another CUDA (IB108)."""
+    out = []
+    for name in stacks:
+        stack = spec.stack(name)
+        sf = resolve(spec, stack)
+        cuda = sf.version("cuda")
+
+        def add(rule_id: str, severity: str, key: tuple, message: str, fix: str) -> None:
+            out.append(Finding(rule=rule_id, severity=severity, message=message, file=spec.file,
+                               line=spec.doc.line(key) if spec.doc else None, key=dotted(key), stack=name,
+                               source=PATTERNS[rule_id], fix=fix))
+
+        for layer in stack.chain:
+            for pname, value in layer.params:
+                for key, text in _strings(value, (layer.section, layer.name, "params", pname)):
+                    m = USERINFO.search(text)
+                    if m and not m.group(2).startswith("$"):
+                        add("IB110", "error", key, "a URL with a password or token: it would be written into the "
+                            "image", "give credentials through $IMGBUILD_NETRC or a BuildKit secret, not stacks.yaml")
+        for var, (value, key, layer) in sf.env.items():
+            if SECRET_NAME.search(var) and value:
+                add("IB110", "error", key, f"{var} holds a literal value: it would be baked into the image "
+                    "environment", "inject it at run time (the scheduler's secrets), not in the image")
+            if var in ARCH_VARS and stack.gpus:
+                want = {g.sm for g in stack.gpus}
+                got = arch_set(value)
+                if got is not None and {a.rstrip("a") for a in got} != want:
+                    add("IB105", "warning", key, f"{var}={value!r} disagrees with the stack's gpus "
+                        f"({', '.join(g.name for g in stack.gpus)}: {stack.arch_list}): JIT builds at run time "
+                        "target other GPUs", "leave the arch list to imgbuild, or make it match gpus")
+            if var == "PIP_CONSTRAINT":
+                add("IB109", "error", key, "PIP_CONSTRAINT set by a layer replaces the constraint that keeps the "
+                    "base's torch", "leave PIP_CONSTRAINT to imgbuild")
+        for package, (pinned, key, layer) in sf.pins.items():
+            flavour = _flavour(package)
+            if flavour and cuda is not None and int(flavour[:2]) != cuda.major:
+                add("IB108", "error", key, f"{package}=={pinned} is built for CUDA {flavour[:2]}; base "
+                    f"{stack.base.name} has CUDA {cuda}", f"use the cu{cuda.major} flavour")
+    return out
+
+
+def _strings(value, key: tuple) -> Iterator[tuple[tuple, str]]:
+    if isinstance(value, str):
+        yield key, value
+    elif isinstance(value, tuple):
+        for i, item in enumerate(value):
+            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+                yield from _strings(item[1], key + (item[0],))
+            else:
+                yield from _strings(item, key + (i,))
+    elif hasattr(value, "__dataclass_fields__"):
+        for f in value.__dataclass_fields__:
+            yield from _strings(getattr(value, f), key + (f,))
+
+
+def lint_rendered(spec: Spec, plan) -> list[Finding]:
+    """imgbuild's own Dockerfiles, each distinct node once; a finding points at the layer in stacks.yaml
+    (the Dockerfile is not a file a site edits) and names the rendered line."""
+    out = []
+    for node in plan.nodes.values():
+        stack = spec.stack(plan.users[node.key][0])
+        sf = resolve(spec, stack)
+        torch = sf.get("torch")
+        has_torch = torch is not None and torch.value is not None
+        for f in lint_dockerfile(node.dockerfile, node.name, sf.version("cuda"), has_torch):
+            key = (node.layer.section, node.layer.name)
+            out.append(Finding(rule=f.rule, severity=f.severity, file=spec.file, line=node.layer.line, key=dotted(key),
+                               stack=stack.name, message=f"rendered Dockerfile line {f.line}: {f.message}",
+                               source=f.source, fix=f.fix))
+    return out
+
+
+def dockerfiles_in(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file() and
+                      (p.name == "Dockerfile" or p.name.startswith("Dockerfile.") or p.name.endswith(".Dockerfile")))
+    return [path]

@@ -1,0 +1,526 @@
+"""Preflight: refuse impossible stacks in seconds, before anything is built.
+
+Each rule is a small function registered with its id; it reads the stack's facts (builder.facts:
+measured, then declared, then catalog) and returns findings that name the stack, the key in
+stacks.yaml, the rule and the source of every fact behind it. A rule that needs a fact nobody knows
+says so (severity unknown) instead of guessing. Nothing here touches Docker or the network.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from . import catalog
+from .catalog import Known, driver_tuple
+from .errors import PreflightError
+from .facts import ORIGINS, Fact, StackFacts, major_minor, resolve
+from .findings import Finding, errors, ordered, strict as make_strict
+from .lint import ARCH_VARIANT, lint_spec
+from .lock import load_lock
+from .spec import LayerDef, Spec, Stack
+from .yamlsrc import dotted
+
+@dataclass(frozen=True)
+class Rule:
+    id: str     # the id its findings carry (IB030 reports the catalog's IB031-IB039; IB060 also IB061-IB065)
+    name: str
+    check: Callable[["Ctx"], Iterable[Finding]]
+
+
+RULES: list[Rule] = []
+
+
+def rule(rule_id: str, name: str):
+    def register(fn):
+        RULES.append(Rule(rule_id, name, fn))
+        return fn
+    return register
+
+
+def release(v: Version) -> Version:
+    """Compatibility facts compare releases: NGC's torch 2.6.0a0+sha is torch 2.6 for them (pip
+    resolution is another matter: see IB070)."""
+    return Version(v.base_version)
+
+
+@dataclass
+class Ctx:
+    spec: Spec
+    stack: Stack
+    facts: StackFacts
+
+    def stack_key(self, *rest) -> tuple:
+        """Where in stacks.yaml this stack's `rest[0]` is written: the stack itself or one it extends."""
+        stacks = (self.spec.doc.data.get("stacks") or {}) if self.spec.doc else {}
+        name = self.stack.name
+        while name in stacks and isinstance(stacks[name], dict):
+            if rest[0] in stacks[name]:
+                return ("stacks", name) + rest
+            name = stacks[name].get("extends")
+        return ("stacks", self.stack.name)
+
+    def layer_key(self, layer: LayerDef, *rest) -> tuple:
+        return (layer.section, layer.name) + ((("params",) + rest) if rest else ())
+
+    def gpu_key(self, gpu) -> tuple:
+        index = [g.name for g in self.stack.gpus].index(gpu.name)
+        return self.stack_key("gpus", index)
+
+    def find(self, rule_id: str, severity: str, key: tuple, message: str, facts: Iterable[Fact | None] = (),
+             known: Known | None = None, source: str = "", fix: str = "") -> Finding:
+        facts = [f for f in facts if f is not None]
+        parts = [f"{f.value if f.value is not None else 'not installed'} ({f.origin}: {f.source})" for f in facts]
+        if known is not None:
+            parts.append(known.source)
+        if source:
+            parts.append(source)
+        flags = [f.verified for f in facts if f.verified is not None] + ([known.verified] if known else [])
+        origins = [o for o in ORIGINS if any(f.origin == o for f in facts)]
+        return Finding(rule=rule_id, severity=severity, message=message, file=self.spec.file,
+                       line=self.spec.doc.line(key) if self.spec.doc else None, key=dotted(key),
+                       stack=self.stack.name, source="; ".join(parts), origin="+".join(origins),
+                       verified=all(flags) if flags else None, fix=fix)
+
+    def unknown(self, rule_id: str, key: tuple, what: str, fix: str = "") -> Finding:
+        return self.find(rule_id, "unknown", key, what, fix=fix or "measure the base: imgbuild lock "
+                         "(preflight then uses the measured facts)")
+
+
+def _cc(gpu) -> Version:
+    return Version(gpu.cc)
+
+
+# -- driver and GPU architectures -------------------------------------------------------------------
+
+@rule("IB001", "driver floor vs the base's CUDA")
+def driver_floor(ctx: Ctx) -> Iterator[Finding]:
+    """The oldest driver on the site's nodes must run the base's CUDA: the toolkit's own minimum, or
+    the floor of CUDA minor-version compatibility for its major (imgbuild compiles native code for
+    every target, no PTX, so that mode's PTX-JIT limit does not apply), or, on data-center GPUs
+    only, a forward-compatible branch NVIDIA lists for that NGC month."""
+    cuda = ctx.facts.get("cuda")
+    if cuda is None or cuda.value is None:
+        if ctx.stack.base.family == "ngc-pytorch":
+            yield ctx.unknown("IB001", ("bases", ctx.stack.base.name), "the CUDA of this NGC base is not known, "
+                              "so the driver floor cannot be checked against it")
+        return
+    floor = ctx.stack.driver_floor
+    if floor is None:
+        yield ctx.unknown("IB001", ("site",), f"no driver_floor declared, so CUDA {cuda.value} cannot be checked "
+                          "against the driver of the site's nodes", fix="declare site.driver_floor (or the "
+                          "stack's): the oldest driver on the GPU nodes, as nvidia-smi prints it")
+        return
+    own = ctx.stack_key("driver_floor")
+    key = own if own[-1] == "driver_floor" else ("site", "driver_floor")
+    drv = driver_tuple(floor)
+    row, mvc = catalog.toolkit_driver(cuda.value), catalog.minor_version_floor(cuda.value.major)
+    if (row and drv >= driver_tuple(row.value[1])) or (mvc and drv >= driver_tuple(mvc.value)):
+        return
+    if row is None and mvc is None:
+        yield ctx.unknown("IB001", key, f"the minimum driver for CUDA {cuda.value} is not in the catalog")
+        return
+    need = f"CUDA {cuda.value} needs " + " or ".join(
+        ([f"driver {row.value[1]} (toolkit {row.value[0]})"] if row else [])
+        + ([f"R{mvc.value}+ under minor-version compatibility"] if mvc else []))
+    ngc = catalog.ngc_release(ctx.stack.base.image)
+    branch = [b for b in (ngc.fwd_compat if ngc else ()) if driver_tuple(b)[0] == drv[0] and drv >= driver_tuple(b)]
+    geforce = [g.name for g in ctx.stack.gpus if not g.datacenter]
+    if branch and ctx.stack.gpus and not geforce:
+        fwd = Known(branch, f"forward-compatible branches of NGC PyTorch {ngc.release} (same notes); "
+                    f"{catalog.forward_compat_source()}", "fwd_compat" not in ngc.unverified)
+        yield ctx.find("IB001", "warning", key, f"driver floor {floor} is below what the base needs ({need}); "
+                       f"it runs only through CUDA forward compatibility (branch R{drv[0]} >= {branch[0]}, "
+                       "data-center GPUs, the cuda-compat package)", [cuda], fwd,
+                       fix="raise the site's driver, or accept forward compatibility knowingly")
+        return
+    why = f"; forward compatibility does not cover GeForce GPUs ({', '.join(geforce)})" if branch and geforce else ""
+    if ngc is not None and ngc.min_driver:
+        why += f" (NVIDIA's notes for NGC {ngc.release} state {ngc.min_driver})"
+    lowest = mvc.value if mvc else row.value[1]
+    yield ctx.find("IB001", "error", key, f"driver floor {floor} cannot run base {ctx.stack.base.name}: {need}{why}",
+                   [cuda], row or mvc, source=mvc.source if row and mvc else "",
+                   fix=f"use a base whose CUDA this driver runs, or raise the driver to {lowest} or newer")
+
+
+@rule("IB010", "target GPU newer than the base's CUDA")
+def gpu_too_new(ctx: Ctx) -> Iterator[Finding]:
+    cuda = ctx.facts.get("cuda")
+    if cuda is None or cuda.value is None:
+        return
+    for gpu in ctx.stack.gpus:
+        if Version(major_minor(cuda.value)) < gpu.min_cuda:
+            yield ctx.find("IB010", "error", ctx.gpu_key(gpu), f"{gpu.name} (sm_{gpu.sm}) needs CUDA {gpu.min_cuda} "
+                           f"or newer; base {ctx.stack.base.name} has CUDA {cuda.value}, which cannot build for it",
+                           [cuda], gpu.known("min_cuda"),
+                           fix=f"use a base with CUDA {gpu.min_cuda}+ for {gpu.name}")
+
+
+@rule("IB011", "target GPU dropped by the base's CUDA")
+def gpu_dropped(ctx: Ctx) -> Iterator[Finding]:
+    cuda = ctx.facts.get("cuda")
+    if cuda is None or cuda.value is None:
+        return
+    for gpu in ctx.stack.gpus:
+        if gpu.max_cuda_major is not None and cuda.value.major > gpu.max_cuda_major:
+            yield ctx.find("IB011", "error", ctx.gpu_key(gpu), f"{gpu.name} (sm_{gpu.sm}) cannot be targeted by "
+                           f"CUDA {cuda.value.major}: CUDA {gpu.max_cuda_major} is the last that builds for it",
+                           [cuda], gpu.known("max_cuda_major"),
+                           fix=f"use a CUDA {gpu.max_cuda_major} base for {gpu.name} (e.g. NGC 24.xx)")
+
+
+@rule("IB012", "target GPU below the base's minimum compute capability")
+def gpu_below_base(ctx: Ctx) -> Iterator[Finding]:
+    """Measured: the archs torch was built for. Else the catalog's minimum CC of the NGC month, an
+    error where verified and a warning where it is an inference."""
+    archs = ctx.facts.get("torch_archs")
+    if archs is not None and isinstance(archs.value, str):
+        built = {a for a in archs.value.replace(",", ";").split(";") if a}
+        for gpu in ctx.stack.gpus:
+            ptx = [int(a[8:].rstrip("a")) for a in built if a.startswith("compute_")]  # PTX JIT-compiles upwards
+            if f"sm_{gpu.sm}" not in built and not any(p <= int(gpu.sm) for p in ptx):
+                yield ctx.find("IB012", "error", ctx.gpu_key(gpu), f"the base's torch has no kernels for {gpu.name} "
+                               f"(sm_{gpu.sm}); it was built for {archs.value}", [archs],
+                               fix=f"use a base whose torch supports sm_{gpu.sm}")
+        return
+    ngc = catalog.ngc_release(ctx.stack.base.image) if ctx.stack.base.family == "ngc-pytorch" else None
+    if ngc is None or ngc.min_cc is None:
+        return
+    verified = "min_cc" not in ngc.unverified
+    for gpu in ctx.stack.gpus:
+        if _cc(gpu) < Version(ngc.min_cc):
+            yield ctx.find("IB012", "error" if verified else "warning", ctx.gpu_key(gpu),
+                           f"{gpu.name} (cc {gpu.cc}) is below NGC {ngc.release}'s minimum compute capability "
+                           f"{ngc.min_cc}",
+                           known=Known(ngc.min_cc, f"NGC PyTorch {ngc.release}: {ngc.source}", verified),
+                           fix=f"use an NGC month that still supports cc {gpu.cc} (24.xx), or measure this one "
+                               "(imgbuild lock records torch's arch list)")
+
+
+# -- Transformer Engine -----------------------------------------------------------------------------
+
+@rule("IB020", "Transformer Engine build requirements: CUDA, cuDNN, torch")
+def te_requirements(ctx: Ctx) -> Iterator[Finding]:
+    layer = ctx.facts.providers.get("transformer_engine")
+    if layer is None or not ctx.stack.compiles_cuda(layer):
+        return
+    te = Version(str(layer.param("version")))
+    key = ctx.layer_key(layer, "version")
+    for req in catalog.te_requirements(te):
+        known = Known(req.versions, req.source, req.verified)
+        for name, rid, need in (("cuda", "IB020", req.cuda), ("cudnn", "IB021", req.cudnn),
+                                ("torch", "IB023", req.torch)):
+            if need is None:
+                continue
+            fact = ctx.facts.get(name)
+            if fact is None or fact.value is None:
+                yield ctx.unknown(rid, key, f"Transformer Engine {te} needs {name} {need}+ to build; the base's "
+                                  f"{name} is not known")
+            elif isinstance(fact.value, Version) and release(fact.value) < need:
+                yield ctx.find(rid, "error", key, f"Transformer Engine {te} needs {name} {need} or newer to build; "
+                               f"the stack has {fact.value}", [fact], known,
+                               fix=f"use a base with {name} {need}+ (Transformer Engine {req.versions} needs it), "
+                                   "or an older Transformer Engine")
+
+
+@rule("IB022", "FP8 needs compute capability 8.9")
+def te_fp8(ctx: Ctx) -> Iterator[Finding]:
+    if "transformer_engine" not in ctx.facts.providers:
+        return
+    fp8 = catalog.te_fp8()
+    for gpu in ctx.stack.gpus:
+        if _cc(gpu) < Version(fp8.value):
+            yield ctx.find("IB022", "warning", ctx.gpu_key(gpu), f"{gpu.name} (cc {gpu.cc}) has no FP8: Transformer "
+                           f"Engine runs there only in BF16/FP16 (FP8 needs cc {fp8.value}+)", known=fp8,
+                           fix="target Ada/Hopper/Blackwell GPUs for FP8 training, or accept BF16")
+
+
+@rule("IB025", "Transformer Engine as shipped, but the base ships none")
+def te_missing(ctx: Ctx) -> Iterator[Finding]:
+    layer = ctx.facts.providers.get("transformer_engine")
+    te = ctx.facts.get("transformer_engine")
+    if layer is not None and not ctx.stack.compiles_cuda(layer) and te is not None and te.value is None:
+        yield ctx.find("IB025", "error", ctx.layer_key(layer), f"layer {layer.name!r} keeps the Transformer Engine "
+                       "of the base, but the base has none", [te], fix="give the layer a version to build")
+
+
+# -- DeepSpeed --------------------------------------------------------------------------------------
+
+def _condition(ctx: Ctx, layer: LayerDef, name: str, want: str) -> tuple[bool | None, list[Fact]]:
+    """(holds?, facts used): None when the fact it needs is not known."""
+    if name == "op":
+        return want in layer.param("ops"), []
+    if name == "gpu_cc":
+        return any(_cc(g) in SpecifierSet(want) for g in ctx.stack.gpus), []
+    fact = ctx.facts.get(name)
+    if fact is None or not isinstance(fact.value, Version):
+        return None, []
+    return release(fact.value) in SpecifierSet(want), [fact]
+
+
+@rule("IB030", "DeepSpeed known incompatibilities (IB031-IB039, from the catalog)")
+def ds_incompatibilities(ctx: Ctx) -> Iterator[Finding]:
+    layer = ctx.facts.providers.get("deepspeed")
+    ds = ctx.facts.version("deepspeed")
+    if layer is None or ds is None:
+        return
+    key = ctx.layer_key(layer, "version")
+    for inc in catalog.ds_incompatibilities():
+        if ds not in inc.deepspeed:
+            continue
+        results = [_condition(ctx, layer, name, want) for name, want in inc.when]
+        if any(ok is False for ok, _ in results):
+            continue
+        used = [f for _, facts in results for f in facts]
+        when = " and ".join({"op": f"op {w} prebuilt", "gpu_cc": f"a target GPU of cc {w}"}.get(n, f"{n} {w}")
+                            for n, w in inc.when)
+        fix = f"use deepspeed {inc.fixed} or newer" if inc.fixed else "leave the op out of params.ops"
+        if any(ok is None for ok, _ in results):
+            if inc.only_known:
+                continue
+            missing = [n for (n, _), (ok, _) in zip(inc.when, results) if ok is None]
+            yield ctx.unknown(inc.rule, key, f"DeepSpeed {ds} breaks when {when} ({inc.symptom}); the stack's "
+                              f"{', '.join(missing)} is not known")
+            continue
+        yield ctx.find(inc.rule, "error" if inc.verified else "warning", key,
+                       f"DeepSpeed {ds} with {when}: {inc.symptom}" + (f" (fixed in {inc.fixed})" if inc.fixed else ""),
+                       used, Known(inc.deepspeed, inc.source, inc.verified), fix=fix)
+
+
+@rule("IB040", "DeepSpeed and an arch-specific TORCH_CUDA_ARCH_LIST entry")
+def ds_arch_variant(ctx: Ctx) -> Iterator[Finding]:
+    layer = ctx.facts.providers.get("deepspeed")
+    ds = ctx.facts.version("deepspeed")
+    value = ctx.facts.env.get("TORCH_CUDA_ARCH_LIST")
+    if layer is None or ds is None or value is None or not ARCH_VARIANT.search(value[0]):
+        return
+    fact = catalog.ds_arch_variant()
+    measured = Version(fact["measured"]) == ds
+    yield ctx.find("IB040", "error" if measured else "warning", value[1],
+                   f"TORCH_CUDA_ARCH_LIST={value[0]!r} has an arch-specific entry; DeepSpeed {ds}'s op builder "
+                   f"fails on it at the first JIT build: {fact['symptom']}"
+                   + ("" if measured else f" (measured on {fact['measured']}; not known for {ds})"),
+                   known=Known(fact["measured"], fact["source"], bool(fact["verified"])),
+                   fix="write the arch without the suffix (9.0 instead of 9.0a) for DeepSpeed")
+
+
+@rule("IB041", "DeepSpeed and Python (setup.py classifiers)")
+def ds_python(ctx: Ctx) -> Iterator[Finding]:
+    layer, ds, python = ctx.facts.providers.get("deepspeed"), ctx.facts.version("deepspeed"), ctx.facts.get("python")
+    if layer is None or ds is None or python is None or not isinstance(python.value, Version):
+        return
+    top = catalog.ds_max_python(ds)
+    py = Version(major_minor(python.value))
+    if top is None:
+        if py > Version("3.12"):
+            yield ctx.unknown("IB041", ctx.layer_key(layer, "version"), f"whether DeepSpeed {ds} supports Python "
+                              f"{py} is not known (classifiers read up to 0.19.5, listing 3.12 at most)")
+    elif py > Version(top.value):
+        yield ctx.find("IB041", "warning", ctx.layer_key(layer, "version"), f"DeepSpeed {ds} lists Python up to "
+                       f"{top.value}; the stack has {python.value} (classifiers only: not enforced by pip)",
+                       [python], top, fix="use a DeepSpeed release that lists this Python (0.16.3+ lists 3.12)")
+
+
+@rule("IB042", "DeepSpeed op builds: nvcc vs torch's CUDA")
+def ds_nvcc(ctx: Ctx) -> Iterator[Finding]:
+    layer, ds = ctx.facts.providers.get("deepspeed"), ctx.facts.version("deepspeed")
+    if layer is None or ds is None or not ctx.stack.compiles_cuda(layer):
+        return
+    yield from _nvcc_match(ctx, layer, "IB042", f"DeepSpeed {ds}", catalog.ds_mismatch_ok(ds))
+
+
+@rule("IB050", "Apex: nvcc must equal torch's CUDA")
+def apex_nvcc(ctx: Ctx) -> Iterator[Finding]:
+    layer = ctx.facts.providers.get("apex")
+    if layer is not None and ctx.stack.compiles_cuda(layer):
+        yield from _nvcc_match(ctx, layer, "IB050", "Apex", None)
+
+
+def _nvcc_match(ctx: Ctx, layer: LayerDef, rule_id: str, what: str, tolerated: Known | None) -> Iterator[Finding]:
+    """Extensions built from source: nvcc major.minor against torch's CUDA. Apex tolerates no
+    difference (setup.py check_cuda_torch_binary_vs_bare_metal); DeepSpeed tolerates one between two
+    versions that are both in its release's cuda_minor_mismatch_ok list."""
+    nvcc, tcuda = ctx.facts.get("nvcc"), ctx.facts.get("torch_cuda")
+    key = ctx.layer_key(layer)
+    if tcuda is not None and tcuda.value is None:
+        yield ctx.find(rule_id, "error", key, f"{what} compiles CUDA extensions, but the stack's torch is a CPU "
+                       "build", [tcuda], fix="use a CUDA build of torch")
+        return
+    if nvcc is None or tcuda is None:
+        yield ctx.unknown(rule_id, key, f"{what} builds against torch's CUDA with nvcc; "
+                          f"{'nvcc' if nvcc is None else 'torch CUDA'} of the base is not known")
+        return
+    a, b = major_minor(nvcc.value), major_minor(tcuda.value)
+    if a == b:
+        return
+    if tolerated is not None and a in tolerated.value and b in tolerated.value:
+        return
+    if rule_id == "IB042" and tolerated is None:
+        yield ctx.unknown(rule_id, key, f"nvcc {a} differs from torch's CUDA {b}; which pairs {what} tolerates is "
+                          "not known")
+        return
+    apex = Known("exact major.minor match", "NVIDIA/apex setup.py check_cuda_torch_binary_vs_bare_metal "
+                 "(tags 23.05..25.09, HEAD)", True)
+    yield ctx.find(rule_id, "error", key, f"{what} refuses to build: nvcc {a} does not match the CUDA torch was "
+                   f"built with ({b})", [nvcc, tcuda], tolerated or apex,
+                   fix="use a base whose nvcc matches torch's CUDA (NGC images always do)")
+
+
+# -- Megatron-Core ----------------------------------------------------------------------------------
+
+@rule("IB060", "Megatron-Core against Python, torch, numpy, TE and its commit")
+def megatron(ctx: Ctx) -> Iterator[Finding]:
+    layer = ctx.facts.providers.get("megatron")
+    if layer is None:
+        return
+    fact = ctx.facts.get("megatron")
+    key = ctx.layer_key(layer, "version") if fact and fact.origin == "declared" else ctx.layer_key(layer, "source")
+    if fact is None:
+        yield ctx.unknown("IB060", key, "which megatron-core this commit is is not known (no params.version, and "
+                          "the commit is not a release in the catalog)", fix="give params.version")
+        return
+    rel = catalog.megatron_release(version=fact.value)
+    if rel is None:
+        yield ctx.unknown("IB060", key, f"megatron-core {fact.value} is not in the catalog: its Python and torch "
+                          "requirements are not known", fix="add the release to builder/data/catalog.yaml")
+        return
+    known = Known(rel.version, rel.source, rel.verified)
+    pinned = dict(layer.params)["source"].commit
+    by_commit = catalog.megatron_release(commit=pinned)
+    if by_commit is not None and by_commit.version != fact.value:
+        yield ctx.find("IB064", "error", key, f"commit {pinned[:12]} is megatron-core {by_commit.version}, not "
+                       f"{fact.value}: the image's version check would fail after the build",
+                       [fact], Known(by_commit.version, by_commit.source, by_commit.verified),
+                       fix=f"set params.version to {by_commit.version}, or pin the commit of core_v{fact.value}")
+    for name, rid, spec in (("python", "IB061", rel.python), ("torch", "IB062", rel.torch),
+                            ("numpy", "IB063", rel.numpy)):
+        if spec is None:
+            continue
+        value = ctx.facts.get(name)
+        if value is None or not isinstance(value.value, Version):
+            yield ctx.unknown(rid, key, f"megatron-core {fact.value} needs {name} {spec}; the stack's {name} "
+                              "is not known")
+        elif release(value.value) not in spec:
+            yield ctx.find(rid, "error", key, f"megatron-core {fact.value} needs {name} {spec}; the stack has "
+                           f"{value.value}", [fact, value], known,
+                           fix=f"use a megatron-core release that supports {name} {value.value}, or another base")
+    te = ctx.facts.get("transformer_engine")
+    if rel.te_dev is not None and "transformer_engine" in ctx.facts.providers and not (te and te.value is None):
+        if te is None or not isinstance(te.value, Version):
+            yield ctx.unknown("IB065", key, f"megatron-core {fact.value}'s [dev] extra wants Transformer Engine "
+                              f"{rel.te_dev}; the stack's Transformer Engine version is not known")
+        elif te.value not in rel.te_dev:
+            yield ctx.find("IB065", "warning", key, f"megatron-core {fact.value} is tested with Transformer Engine "
+                           f"{rel.te_dev}; the stack has {te.value} (its feature gates turn features off)",
+                           [fact, te], known, fix="build a Transformer Engine in that range")
+
+
+# -- torch replaced, NCCL skew, base facts ----------------------------------------------------------
+
+@rule("IB070", "a pip requirement that replaces the base's torch")
+def torch_replaced(ctx: Ctx) -> Iterator[Finding]:
+    """NGC's torch is a PEP 440 pre-release (2.9.0a0+sha): a requirement such as torch>=2.9 is not
+    satisfied by it, so pip would pull a PyPI torch over it (imgbuild's constraint makes that install
+    fail instead). Everything compiled against the base's torch depends on it staying."""
+    torch = ctx.facts.get("torch")
+    if torch is None or not isinstance(torch.value, Version):
+        return
+    replacers = catalog.torch_replacers()
+    for name, (pinned, key, layer) in ctx.facts.pins.items():
+        if name in replacers.value and not (name == "torch" and pinned == torch.value):
+            yield ctx.find("IB070", "error", key, f"layer {layer.name!r} pins {name}=={pinned}, which brings its own "
+                           f"torch over the base's {torch.value}", [torch], replacers,
+                           fix=f"drop {name} from packages: everything compiled in this stack is built against "
+                               "the base's torch")
+    layer, ds = ctx.facts.providers.get("deepspeed"), ctx.facts.version("deepspeed")
+    if layer is None or ds is None:
+        return
+    for package, spec, known in catalog.ds_requires(ds):
+        if package == "torch" and torch.value not in spec:
+            yield ctx.find("IB070", "error", ctx.layer_key(layer, "version"), f"deepspeed {ds} requires torch{spec}, "
+                           f"which the base's torch {torch.value} does not satisfy (a PEP 440 pre-release sorts "
+                           "below its release): pip would replace torch", [torch], known,
+                           fix="use a base whose torch satisfies it, or a DeepSpeed without that requirement")
+
+
+@rule("IB075", "NCCL from a pip wheel beside torch's")
+def nccl_skew(ctx: Ctx) -> Iterator[Finding]:
+    torch = ctx.facts.get("torch")
+    for name, (pinned, key, layer) in ctx.facts.pins.items():
+        if not re.fullmatch(r"nvidia-nccl-cu\d+", name) or torch is None or not isinstance(torch.value, Version):
+            continue
+        if ctx.stack.base.family == "ngc-pytorch":
+            nccl = ctx.facts.get("nccl")
+            yield ctx.find("IB075", "warning", key, f"{name}=={pinned} beside the NGC torch, which uses the "
+                           f"container's NCCL{f' {nccl.value}' if nccl else ''}: two NCCLs in one environment",
+                           [nccl], source=catalog.torch_nccl_source(),
+                           fix="leave NCCL to the base image")
+            continue
+        tcuda = ctx.facts.get("torch_cuda")
+        pin = catalog.torch_nccl(torch.value) if tcuda is not None and tcuda.value is not None else None
+        if pin is not None and Version(pin.value) != pinned:
+            yield ctx.find("IB075", "warning", key, f"torch {torch.value} wheels pin NCCL {pin.value}; "
+                           f"{name}=={pinned} replaces it", [torch], pin, fix=f"pin {name}=={pin.value} or leave it to torch")
+
+
+COMPARED = ("python", "torch", "cuda", "cudnn", "nccl", "numpy", "transformer_engine")
+
+
+def _agree(a, b) -> bool:
+    """Equal, or one is a more precise spelling of the other (3.12 and 3.12.3; 13.0.1 and 13.0.1.006)."""
+    if not (isinstance(a, Version) and isinstance(b, Version)) or a.local or b.local or a.pre or b.pre:
+        return str(a) == str(b)
+    n = min(len(a.release), len(b.release))
+    return a.release[:n] == b.release[:n]
+
+
+@rule("IB090", "the base's facts disagree (measured, declared, catalog)")
+def base_facts(ctx: Ctx) -> Iterator[Finding]:
+    base = ctx.stack.base
+    if ctx.facts.lock_note:
+        yield ctx.find("IB091", "warning", ("bases", base.name), f"measured facts ignored: {ctx.facts.lock_note}",
+                       source=f"the lock file's image and digest for {base.name} against bases.{base.name}",
+                       fix="imgbuild lock")
+    for name in COMPARED:
+        options = ctx.facts.options.get(name, [])
+        used = options[0] if options else None
+        for other in options[1:]:
+            if not _agree(used.value, other.value):
+                yield ctx.find("IB090", "warning", used.key if used.origin == "declared" else other.key,
+                               f"base {base.name}: {name} is {used.value} ({used.origin}) but {other.value} "
+                               f"({other.origin}); preflight uses the {used.origin} value", [used, other],
+                               fix=f"correct bases.{base.name}.provides.{name}, or run imgbuild lock to measure it")
+
+
+# -- running the rules ------------------------------------------------------------------------------
+
+def preflight(spec: Spec, stacks: Iterable[str], lock=None, strict: bool = False) -> list[Finding]:
+    """Findings of every rule for the named stacks; lock: a builder.lock.Lock, else the lock file beside
+    the spec is read when there is one. strict: warnings become errors."""
+    lock = lock if lock is not None else load_lock(spec.file)
+    out: list[Finding] = []
+    for name in stacks:
+        stack = spec.stack(name)
+        ctx = Ctx(spec, stack, resolve(spec, stack, lock))
+        for r in RULES:
+            out.extend(r.check(ctx))
+    return ordered(make_strict(out) if strict else out)
+
+
+def gate(spec: Spec, stacks: list[str], say: Callable[[str], None], strict: bool = False) -> list[Finding]:
+    """Before a build: preflight and the spec's lint; prints what it found, refuses on any error."""
+    found = ordered(preflight(spec, stacks, strict=strict) + (make_strict(lint_spec(spec, stacks)) if strict
+                                                              else lint_spec(spec, stacks)))
+    for f in found:
+        say(f.render())
+    bad = errors(found)
+    if bad:
+        names = sorted({f.stack for f in bad if f.stack})
+        stacks_ = f" (stacks: {', '.join(names)})" if names else ""
+        raise PreflightError(f"{len(bad)} error(s) found before building{stacks_}; nothing was built",
+                             hint="the findings above name the key, the rule and the fact")
+    return found

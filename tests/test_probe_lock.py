@@ -1,0 +1,94 @@
+"""probe and lock against the real engine and the local registry: the mirrored Debian base (no Python:
+its Python and torch stay unknown, not "not installed"), a built cpu-smoke image when the registry
+holds one, and a lock file that preflight then reads as measured facts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import STACKS, run_cli
+from builder.engine import Engine
+from builder.facts import resolve
+from builder.lock import load_lock, probe
+from builder.preflight import preflight
+from builder.registry import Registry
+from builder.spec import load_spec
+
+REGISTRY = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000")
+
+pytestmark = [pytest.mark.docker, pytest.mark.registry]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine_ready():
+    why = None
+    try:
+        Registry(REGISTRY).ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means "not available"
+        why = f"no registry at {REGISTRY}: {exc}"
+    if why is None and (not shutil.which("docker") or subprocess.run(["docker", "info"], capture_output=True).returncode):
+        why = "no Docker engine answers"
+    if why is None and not Registry(REGISTRY).manifest_digest("mirror/debian", "bookworm"):
+        why = f"{REGISTRY}/mirror/debian:bookworm is not mirrored"
+    if why:
+        if os.environ.get("IMGBUILD_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"Docker tests are required here but {why} (run scripts/setup-host.sh)")
+        pytest.skip(f"{why}; run scripts/setup-host.sh to enable the docker tests")
+
+
+@pytest.fixture
+def stacks(tmp_path):
+    """A copy of the shipped stacks.yaml on the test registry, so the lock is written beside the copy."""
+    data = yaml.safe_load(STACKS.read_text())
+    data["site"]["registry"] = REGISTRY
+    path = tmp_path / "stacks.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_probing_the_mirrored_debian_base_reports_python_and_torch_unknown(stacks):
+    res = run_cli("probe", "base=debian-bookworm", "-f", stacks)
+    assert res.code == 0, res.output
+    assert "os: debian-12" in res.out
+    assert "no Python in the image: Python, torch and the rest are unknown, not absent" in res.out
+    facts = probe(Engine.detect(), f"{REGISTRY}/mirror/debian:bookworm")
+    assert facts == {"os": "debian-12"}  # nothing else measured: unknown, never "not installed"
+
+
+def test_lock_records_the_digest_and_preflight_uses_the_measurement(stacks):
+    res = run_cli("lock", "base=debian-bookworm", "-f", stacks)
+    assert res.code == 0, res.output
+    lock = load_lock(stacks)
+    entry = lock.bases["debian-bookworm"]
+    assert entry.digest == Registry(REGISTRY).manifest_digest("mirror/debian", "bookworm")
+    assert entry.image == f"{REGISTRY}/mirror/debian:bookworm" and entry.facts == {"os": "debian-12"}
+    spec = load_spec(stacks)
+    facts = resolve(spec, spec.stack("cpu-smoke"), lock)
+    assert facts.get("os").origin == "measured" and str(facts.get("os").value) == "debian-12"
+    assert facts.get("python").origin == "declared"  # not measured (no Python in the base): declared stands
+    assert [f for f in preflight(spec, ["cpu-smoke"], strict=True) if f.severity == "error"] == []
+    res = run_cli("check", "--strict", "-f", stacks)
+    assert res.code == 0 and f"measured facts from {stacks.with_name('stacks.lock.yaml')}" in res.out, res.output
+
+
+def test_lock_keeps_other_entries_and_refuses_an_unknown_base(stacks):
+    assert run_cli("lock", "base=debian-bookworm", "-f", stacks).code == 0
+    res = run_cli("lock", "base=nope", "-f", stacks)
+    assert res.code == 2 and "name bases as base=NAME" in res.err
+    assert "debian-bookworm" in load_lock(stacks).bases
+
+
+def test_probing_a_built_image_measures_torch_and_deepspeed():
+    digest = Registry(REGISTRY).manifest_digest("imgbuild/cpu-smoke", "cpu-smoke")
+    if not digest:
+        pytest.skip("no released cpu-smoke image in the registry (imgbuild build stack=cpu-smoke makes one)")
+    facts = probe(Engine.detect(), f"{REGISTRY}/imgbuild/cpu-smoke@{digest}")
+    assert facts["torch"] == "2.13.0+cpu" and facts["torch_cuda"] is None
+    assert facts["python"].startswith("3.11.") and facts["deepspeed"] == "0.19.8"
+    assert facts["transformer_engine"] is None and facts["apex"] is None  # measured: not installed
+    assert facts["pip_constraint"] == "torch==2.13.0+cpu (/etc/imgbuild/constraints.txt)"
