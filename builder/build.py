@@ -23,6 +23,7 @@ from .errors import EngineError, ImgbuildError, RegistryError, SpecError, Valida
 from .hostconf import HostConf
 from .manifest import build_manifest, checks_hash, fetch_manifest, push_manifest
 from .plan import KEY_LEN, Node, Plan, image_ref, make_plan, sha256
+from .preflight import gate
 from .publish import promote, release_tags
 from .registry import Ref, Registry
 from .sources import export
@@ -238,7 +239,9 @@ class Builder:
 
     def build_node(self, plan: Plan, node: Node, parent_ref: str, secrets: dict, prefix: str):
         context = assemble_context(node, self.hostconf, self.run_dir / "context" / node.short)
-        local = f"imgbuild.local/{node.name}:{node.short}-unvalidated"
+        # Unique per run: two builds of the same key on one engine (CI legs, a developer beside CI)
+        # must not tag or remove each other's unvalidated image.
+        local = f"imgbuild.local/{node.name}:{node.short}-{self.run_id}"
         labels = self.labels(plan, node, parent_ref)
         log = self.run_dir / "logs" / f"{node.name}-{node.short[:12]}.log"
         req = BuildRequest(context=context, dockerfile=context / "Dockerfile", tag=local,
@@ -292,6 +295,8 @@ class Builder:
 
 def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, date: str | None = None,
           gpu: bool | None = None) -> BuildReport:
+    # Impossible stacks fail here, in seconds and without Docker, not after an hour of compiling.
+    gate(spec, stacks, say)
     engine = Engine.detect(docker)
     registry = Registry(spec.site.registry)
     registry.ping()
