@@ -13,7 +13,7 @@ from typing import List, Optional
 import typer
 
 from . import __version__
-from .errors import ImgbuildError, SpecError
+from .errors import ImgbuildError, PreflightError, SpecError
 from .plan import KEY_LEN, image_ref, make_plan
 from .spec import Spec, load_spec
 
@@ -60,12 +60,27 @@ def select(spec: Spec, selectors: Optional[List[str]], all_: bool) -> list[str]:
 
 
 @app.command()
-def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt) -> None:
-    """Load and validate stacks.yaml; plan and render the selected stacks (no Docker needed)."""
+def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
+          strict: bool = typer.Option(False, "--strict", help="Warnings are errors too.")) -> None:
+    """Validate stacks.yaml, render the selected stacks, run preflight and lint (no Docker needed)."""
+    from .findings import errors, ordered, strict as make_strict, summary
+    from .lint import lint_rendered, lint_spec
+    from .lock import load_lock
+    from .preflight import preflight
     spec = load_spec(file)
     names = select(spec, selectors, all_ or not selectors)
     plan = make_plan(spec, names)
-    typer.echo(f"ok: {file}: {len(names)} stack(s), {len(plan.nodes)} layer node(s) rendered")
+    lock = load_lock(spec.file)
+    linted = lint_spec(spec, names) + lint_rendered(spec, plan)
+    found = ordered(preflight(spec, names, lock, strict) + (make_strict(linted) if strict else linted))
+    for finding in found:
+        typer.echo(finding.render())
+    facts = f"measured facts from {lock.file}" if lock else "no lock file: facts declared or from the catalog"
+    if errors(found):
+        raise PreflightError(f"{file}: {summary(found)} in {len(names)} stack(s) ({facts})",
+                             hint="each finding names its key, rule and fact; --strict also fails on warnings")
+    typer.echo(f"ok: {file}: {len(names)} stack(s), {len(plan.nodes)} layer node(s) rendered; preflight and lint: "
+               f"{summary(found)} ({facts})")
 
 
 @app.command()
@@ -152,6 +167,115 @@ def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAM
 def _terminate(signum, frame) -> None:
     # SIGTERM (CI cancelling a job) unwinds like Ctrl-C: a running build is stopped, nothing is tagged.
     raise KeyboardInterrupt
+
+
+@app.command()
+def diff(targets: List[str] = typer.Argument(..., show_default=False,
+                                             help="REV1 [REV2]: git revisions (one: against the working tree); or "
+                                                  "IMAGE_A IMAGE_B: REGISTRY/REPO:TAG, REGISTRY/REPO@sha256:..., STACK@TAG."),
+         file: Path = FileOpt,
+         as_json: bool = typer.Option(False, "--json", help="The comparison as JSON."),
+         markdown: bool = typer.Option(False, "--markdown", help="Markdown for a merge request comment."),
+         registry: bool = typer.Option(False, "--registry", help="Spec diff: resolve mirrored bases and look new "
+                                                                 "keys up in the site registry (found: reused).")) -> None:
+    """What a change to stacks.yaml does to the layer images, or what differs between two built images.
+    Exit 0 when equal, 1 when different, 2 on error (so that CI can gate on it)."""
+    from .diffreport import render
+    from .errors import DiffError
+    # Anything naming a registry or a tag (a '/' or an '@') is an image; git revisions carry neither.
+    images = any("/" in t or "@" in t for t in targets)
+    try:
+        if as_json and markdown:
+            raise DiffError("choose one of --json and --markdown")
+        if images:
+            from .imagediff import diff_images
+            if len(targets) != 2:
+                raise DiffError(f"an image diff compares two images; {len(targets)} given")
+            site = load_spec(file).site if any("/" not in t for t in targets) else None
+            result = diff_images(targets[0], targets[1], site)
+        else:
+            from .specdiff import diff_revisions
+            if len(targets) > 2:
+                raise DiffError(f"a spec diff compares two revisions (or one with the working tree); {len(targets)} given")
+            result = diff_revisions(file, targets[0], targets[1] if len(targets) == 2 else None, registry=registry)
+    except DiffError:
+        raise
+    except ImgbuildError as exc:
+        raise DiffError(f"{exc.label}: {exc.message}", hint=exc.hint) from exc
+    typer.echo(render(result, "json" if as_json else "markdown" if markdown else "table"))
+    raise SystemExit(1 if result.different else 0)
+
+
+@app.command()
+def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles, or folders holding Dockerfiles."),
+         strict: bool = typer.Option(False, "--strict", help="Warnings are errors too.")) -> None:
+    """Lint a stacks file (its values and every rendered Dockerfile) or hand-written Dockerfiles."""
+    from .findings import errors, ordered, strict as make_strict, summary
+    from .lint import dockerfiles_in, lint_dockerfile, lint_rendered, lint_spec
+    found, count = [], 0
+    for path in paths:
+        if path.suffix in (".yaml", ".yml"):
+            spec = load_spec(path)
+            found += lint_spec(spec, list(spec.stacks)) + lint_rendered(spec, make_plan(spec))
+            count += 1
+            continue
+        for dockerfile in dockerfiles_in(path):
+            try:
+                text = dockerfile.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise SpecError(f"cannot read: {exc}", file=str(dockerfile)) from None
+            found += lint_dockerfile(text, str(dockerfile))
+            count += 1
+    found = ordered(make_strict(found) if strict else found)
+    for finding in found:
+        typer.echo(finding.render())
+    if errors(found):
+        raise PreflightError(f"lint: {summary(found)} in {count} file(s)")
+    typer.echo(f"ok: {count} file(s) linted: {summary(found)}")
+
+
+@app.command()
+def probe(target: str = typer.Argument(..., help="base=NAME"), file: Path = FileOpt,
+          docker: Optional[str] = typer.Option(None, "--docker", help="The Docker CLI to use (default: detected).")) -> None:
+    """Run a base image and measure torch, CUDA, cuDNN, NCCL, Python, TE, Apex, numpy and pip's constraints."""
+    from .engine import Engine
+    from .facts import resolve
+    from .lock import probe as run_probe
+    spec = load_spec(file)
+    key, _, name = target.partition("=")
+    if key != "base" or name not in spec.bases:
+        raise SpecError(f"cannot read {target!r}: name a base as base=NAME", hint="bases: " + ", ".join(spec.bases))
+    base = spec.bases[name]
+    ref = base.ref(spec.site) + (f"@{base.digest}" if base.digest else "")
+    measured = run_probe(Engine.detect(docker), ref)
+    users = [s for s in spec.stacks.values() if s.base.name == name]
+    known = resolve(spec, users[0], lock=None).options if users else {}
+    typer.echo(f"{name}: {ref}")
+    for fact, value in measured.items():
+        other = "; ".join(f"{f.origin} {f.value}" for f in known.get(fact, []))
+        typer.echo(f"  {fact}: {value if value is not None else 'not installed'}" + (f"   ({other})" if other else ""))
+    if "python" not in measured:
+        typer.echo("  (no Python in the image: Python, torch and the rest are unknown, not absent)")
+
+
+@app.command(name="lock")
+def lock_cmd(targets: Optional[List[str]] = typer.Argument(None, help="base=NAME (repeatable; default every base)."),
+             file: Path = FileOpt, docker: Optional[str] = typer.Option(None, "--docker")) -> None:
+    """Resolve each base's digest and measure it; write stacks.lock.yaml beside the stacks file."""
+    from .engine import Engine
+    from .lock import lock as run_lock
+    spec = load_spec(file)
+    names = []
+    for item in targets or [f"base={b}" for b in spec.bases]:
+        key, _, name = item.partition("=")
+        if key != "base" or name not in spec.bases:
+            raise SpecError(f"cannot read {item!r}: name bases as base=NAME", hint="bases: " + ", ".join(spec.bases))
+        names.append(name)
+    path, failures = run_lock(spec, names, Engine.detect(docker), say=lambda line: typer.echo(line))
+    if failures:
+        raise failures[0].__class__(f"{len(failures)} of {len(names)} base(s) not locked (see above); {path} "
+                                    "holds the others", hint=failures[0].hint)
+    typer.echo(f"ok: {path}: {len(names)} base(s) locked")
 
 
 def main() -> None:

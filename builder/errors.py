@@ -80,6 +80,13 @@ class ValidationFailed(ImgbuildError):
     label = "validation failed"
 
 
+class DiffError(ImgbuildError):
+    """`imgbuild diff` could not compare: CI gates on 0 equal / 1 different, so every failure is 2."""
+
+    exit_code = 2
+    label = "diff error"
+
+
 class Interrupted(ImgbuildError):
     exit_code = 130
     label = "interrupted"

@@ -1,0 +1,361 @@
+"""`imgbuild diff IMAGE_A IMAGE_B`: what differs between two built images, from registry metadata only.
+
+Each side costs a few small requests: the image manifest, its config blob, and the measured manifest
+imgbuild stores beside the image (builder.manifest): packages, env, ds_report ops, check results,
+arch coverage. No layer is ever pulled. An image without a stored manifest (built elsewhere) is still
+compared by its config (env, labels, history) and its layer list, and the result says what could not
+be compared. Versions are compared as versions, so every change has a direction.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from packaging.version import InvalidVersion, Version
+
+from .errors import DiffError
+from .manifest import VOLATILE_ENV, fetch_manifest
+from .plan import PLATFORM
+from .registry import Ref, Registry
+from .spec import Site
+
+INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
+# What a reader of a training image looks at first; every list is ordered by these, then by name.
+KEY_VERSIONS = ("torch", "cuda", "nccl", "deepspeed", "megatron", "transformer_engine")
+KEY_PACKAGES = ("torch", "nvidia-cuda", "nvidia-nccl", "deepspeed", "megatron", "transformer-engine",
+                "transformer_engine")
+CONFIG_FIELDS = ("architecture", "os", "Entrypoint", "Cmd", "User", "WorkingDir", "Shell", "ExposedPorts")
+RECORDED = (("versions", "versions"), ("python_packages", "python packages"), ("ds_report_ops", "ds_report ops"),
+            ("arch_coverage", "compiled arch coverage"), ("checks", "checks"),
+            ("debian_packages", "debian packages"))
+
+
+@dataclass(frozen=True)
+class Image:
+    ref: str                     # as given
+    location: str                # registry/repository@digest
+    digest: str
+    layers: tuple                # (digest, size) bottom to top
+    config_size: int
+    config: dict = field(hash=False)
+    recorded: dict | None = field(default=None, hash=False)   # the imgbuild manifest, when stored
+
+    @property
+    def size(self) -> int:
+        return self.config_size + sum(size for _, size in self.layers)
+
+
+@dataclass(frozen=True)
+class Change:
+    name: str
+    old: str | None
+    new: str | None
+    direction: str               # added | removed | upgrade | downgrade | changed
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Section:
+    id: str
+    title: str
+    changes: tuple = ()
+    same: int = 0
+    compared: bool = True
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class ImageDiff:
+    a: Image
+    b: Image
+    versions: tuple              # (name, in A, in B), key versions first; empty without both manifests
+    sections: tuple
+    bytes_fetched: int
+    seconds: float
+
+    @property
+    def different(self) -> bool:
+        return self.a.digest != self.b.digest or any(s.changes for s in self.sections)
+
+    @property
+    def not_compared(self) -> list[str]:
+        return [s.title for s in self.sections if not s.compared]
+
+    @property
+    def total_size(self) -> int:
+        return self.a.size + self.b.size
+
+    def to_json(self) -> dict:
+        def image(i: Image) -> dict:
+            return {"ref": i.ref, "location": i.location, "digest": i.digest, "size": i.size,
+                    "imgbuild_manifest": i.recorded is not None,
+                    "layers": [{"digest": d, "size": s} for d, s in i.layers]}
+        return {
+            "mode": "image", "different": self.different, "a": image(self.a), "b": image(self.b),
+            "versions": [{"name": n, "a": va, "b": vb} for n, va, vb in self.versions],
+            "sections": {s.id: {"title": s.title, "compared": s.compared, "note": s.note, "same": s.same,
+                                "changes": [asdict(c) for c in s.changes]} for s in self.sections},
+            "not_compared": self.not_compared,
+            "transfer": {"bytes_fetched": self.bytes_fetched, "images_total_bytes": self.total_size,
+                         "ratio": self.bytes_fetched / self.total_size if self.total_size else 0.0,
+                         "seconds": round(self.seconds, 3)},
+        }
+
+
+# -- version order ---------------------------------------------------------------------------------
+
+def _dpkg_order(c: str) -> int:
+    return -1 if c == "~" else 0 if c.isdigit() else ord(c) if c.isalpha() else ord(c) + 256
+
+
+def _verrevcmp(a: str, b: str) -> int:
+    """dpkg's comparison of one version part: non-digit runs by the order above ('~' sorts before
+    everything, even the end), digit runs as numbers."""
+    i = j = 0
+    while i < len(a) or j < len(b):
+        while (i < len(a) and not a[i].isdigit()) or (j < len(b) and not b[j].isdigit()):
+            ac = _dpkg_order(a[i]) if i < len(a) else 0
+            bc = _dpkg_order(b[j]) if j < len(b) else 0
+            if ac != bc:
+                return ac - bc
+            i, j = i + 1, j + 1
+        ni = i
+        while ni < len(a) and a[ni].isdigit():
+            ni += 1
+        nj = j
+        while nj < len(b) and b[nj].isdigit():
+            nj += 1
+        da, db = int(a[i:ni] or 0), int(b[j:nj] or 0)
+        if da != db:
+            return da - db
+        i, j = ni, nj
+    return 0
+
+
+def dpkg_compare(a: str, b: str) -> int:
+    """Order two Debian versions ([epoch:]upstream[-revision]) as dpkg does: <0, 0 or >0."""
+    def split(v: str) -> tuple[int, str, str]:
+        epoch, _, rest = v.partition(":") if ":" in v else ("0", "", v)
+        upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "")
+        return int(epoch or 0), upstream, revision
+    (ea, ua, ra), (eb, ub, rb) = split(a), split(b)
+    return (ea - eb) or _verrevcmp(ua, ub) or _verrevcmp(ra, rb)
+
+
+def _python_compare(a: str, b: str) -> int:
+    va, vb = Version(a), Version(b)
+    return (va > vb) - (va < vb)
+
+
+def direction(old: str | None, new: str | None, compare: Callable[[str, str], int] | None) -> str:
+    if old is None:
+        return "added"
+    if new is None:
+        return "removed"
+    try:
+        order = compare(old, new) if compare else 0
+    except (InvalidVersion, ValueError):
+        order = 0
+    return "upgrade" if order < 0 else "downgrade" if order > 0 else "changed"
+
+
+def _rank(name: str, keys: tuple) -> tuple:
+    return next((i for i, k in enumerate(keys) if name.lower().startswith(k)), len(keys)), name.lower()
+
+
+def compare_maps(id_: str, title: str, old: dict, new: dict, compare=None, keys: tuple = ()) -> Section:
+    changes = [Change(k, _text(old.get(k)), _text(new.get(k)), direction(_text(old.get(k)), _text(new.get(k)), compare))
+               for k in sorted(set(old) | set(new), key=lambda k: _rank(k, keys)) if old.get(k) != new.get(k)]
+    return Section(id_, title, tuple(changes), same=sum(1 for k in old if k in new and old[k] == new[k]))
+
+
+def _text(value) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+# -- fetching --------------------------------------------------------------------------------------
+
+def resolve(text: str, site: Site | None) -> Ref:
+    """REGISTRY/REPO:TAG, REGISTRY/REPO@sha256:..., or STACK@TAG (a release tag of the site)."""
+    if "/" not in text and "@" in text:
+        stack, _, tag = text.partition("@")
+        if site is None or not stack or not tag:
+            raise DiffError(f"cannot read {text!r} as STACK@TAG")
+        repo = f"{site.registry}/{site.namespace}/{stack}"
+        return Ref.parse(f"{repo}@{tag}" if tag.startswith("sha256:") else f"{repo}:{tag}")
+    return Ref.parse(text)
+
+
+def fetch_image(reg: Registry, text: str, ref: Ref) -> Image:
+    found = reg.get_manifest(ref.repo, ref.reference)
+    if not found:
+        raise DiffError(f"{ref} is not in the registry")
+    manifest, media_type, digest = found
+    image_digest = digest
+    if media_type in INDEX_TYPES or manifest.get("mediaType") in INDEX_TYPES:
+        os_, arch = PLATFORM.split("/")
+        entry = next((m for m in manifest.get("manifests", [])
+                      if (m.get("platform") or {}).get("os") == os_ and (m.get("platform") or {}).get("architecture") == arch), None)
+        if entry is None:
+            raise DiffError(f"{ref} has no {PLATFORM} image")
+        manifest, _, image_digest = reg.get_manifest(ref.repo, entry["digest"]) or ({}, "", "")
+    if "config" not in manifest:
+        raise DiffError(f"{ref} is not an image (no config in its manifest)")
+    config = json.loads(reg.get_blob(ref.repo, manifest["config"]["digest"]))
+    return Image(ref=text, location=f"{ref.registry}/{ref.repo}@{digest}", digest=digest,
+                 layers=tuple((l["digest"], int(l.get("size", 0))) for l in manifest.get("layers", [])),
+                 config_size=int(manifest["config"].get("size", 0)), config=config,
+                 recorded=_recorded(reg, ref.repo, digest, image_digest, config))
+
+
+def _recorded(reg: Registry, repo: str, digest: str, image_digest: str, config: dict) -> dict | None:
+    """The stored manifest: beside the image, or, for a release tag, beside its layer image
+    (NAMESPACE/STACK is a copy of NAMESPACE/layers/LAYER, whose repository holds the artifact)."""
+    layer = ((config.get("config") or {}).get("Labels") or {}).get("io.imgbuild.layer")
+    namespace = repo.rsplit("/", 1)[0] if "/" in repo else ""
+    repos = [repo] + ([f"{namespace}/layers/{layer}"] if layer and namespace and not namespace.endswith("/layers") else [])
+    for where in dict.fromkeys(repos):
+        for d in dict.fromkeys((digest, image_digest)):
+            found = fetch_manifest(reg, where, d)
+            if found:
+                return found
+    return None
+
+
+# -- comparing -------------------------------------------------------------------------------------
+
+def _env(items: list | None) -> dict:
+    return dict(item.partition("=")[::2] for item in items or [])
+
+
+def _history(config: dict) -> list[str]:
+    return [h.get("created_by", h.get("comment", "")).removesuffix(" # buildkit") for h in config.get("history") or []]
+
+
+def human_size(n: float) -> str:
+    units = ("B", "kB", "MB", "GB")
+    i = 0
+    while abs(n) >= 1000 and i < len(units) - 1:
+        n, i = n / 1000, i + 1
+    return f"{n:.0f} B" if i == 0 else f"{n:.1f} {units[i]}"
+
+
+def _layers(a: Image, b: Image) -> Section:
+    """Layer by position: images built on the same parents share their lower layers byte for byte."""
+    shared = 0
+    while shared < min(len(a.layers), len(b.layers)) and a.layers[shared][0] == b.layers[shared][0]:
+        shared += 1
+    changes, same = [], shared
+    for i in range(shared, max(len(a.layers), len(b.layers))):
+        la = a.layers[i] if i < len(a.layers) else None
+        lb = b.layers[i] if i < len(b.layers) else None
+        if la and lb and la[0] == lb[0]:
+            same += 1
+            continue
+        changes.append(Change(f"layer {i + 1}", la and la[0], lb and lb[0], direction(la and la[0], lb and lb[0], None),
+                              " -> ".join(human_size(l[1]) for l in (la, lb) if l)))
+    delta = b.size - a.size
+    note = (f"{shared} shared from the bottom ({len(a.layers)} -> {len(b.layers)} layers); "
+            f"{human_size(a.size)} -> {human_size(b.size)} ({'+' if delta >= 0 else '-'}{human_size(abs(delta))})")
+    return Section("layers", "layers", tuple(changes), same=same, note=note)
+
+
+def _history_section(a: Image, b: Image) -> Section:
+    """The build steps, timestamps left out: what a rebuilt or foreign image did differently."""
+    ha, hb = _history(a.config), _history(b.config)
+    changes, same = [], 0
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=ha, b=hb, autojunk=False).get_opcodes():
+        if op == "equal":
+            same += i2 - i1
+            continue
+        for k in range(max(i2 - i1, j2 - j1)):
+            old = ha[i1 + k] if i1 + k < i2 else None
+            new = hb[j1 + k] if j1 + k < j2 else None
+            changes.append(Change(f"step {(j1 + k if new is not None else i1 + k) + 1}", old, new,
+                                  direction(old, new, None)))
+    return Section("history", "history", tuple(changes), same=same)
+
+
+def _recorded_sections(a: Image, b: Image) -> dict[str, Section]:
+    """What only the stored manifests hold, by section id."""
+    ra, rb = a.recorded, b.recorded
+    if ra is None or rb is None:
+        why = "no imgbuild manifest for " + " and ".join(s for s, r in (("A", ra), ("B", rb)) if r is None)
+        return {i: Section(i, t, compared=False, note=why) for i, t in RECORDED}
+
+    def ops(r: dict) -> dict:
+        return {op: f"[{'YES' if v.get('installed') else 'NO'}] [{'OKAY' if v.get('compatible') else 'NO'}]"
+                for op, v in (r.get("ds_report_ops") or {}).items()}
+
+    def checks(r: dict) -> dict:
+        return {c["id"]: c["status"] for c in r.get("checks") or []}
+
+    def archs(r: dict) -> dict:
+        return {arch: "compiled" for arch in r.get("arch_list") or []}
+
+    out = {
+        "versions": compare_maps("versions", "versions", ra.get("versions") or {}, rb.get("versions") or {},
+                                 _python_compare, KEY_VERSIONS),
+        "python_packages": compare_maps("python_packages", "python packages", ra.get("python_packages") or {},
+                                        rb.get("python_packages") or {}, _python_compare, KEY_PACKAGES),
+        "ds_report_ops": compare_maps("ds_report_ops", "ds_report ops", ops(ra), ops(rb)),
+        "arch_coverage": compare_maps("arch_coverage", "compiled arch coverage", archs(ra), archs(rb)),
+        "checks": compare_maps("checks", "checks", checks(ra), checks(rb)),
+        "env": compare_maps("env", "env", ra.get("env") or {}, rb.get("env") or {}),
+        "debian_packages": compare_maps("debian_packages", "debian packages", ra.get("debian_packages") or {},
+                                        rb.get("debian_packages") or {}, dpkg_compare),
+    }
+    if not archs(ra) and not archs(rb):
+        out["arch_coverage"] = Section("arch_coverage", "compiled arch coverage",
+                                       note="no CUDA archs on either side")
+    return out
+
+
+def _config(image: Image) -> dict:
+    inner = image.config.get("config") or {}
+    return {k: v for k in CONFIG_FIELDS if (v := image.config.get(k, inner.get(k))) is not None}
+
+
+def compare(a: Image, b: Image) -> tuple[tuple, tuple]:
+    """(versions side by side, sections): most important first, as a reader of a training image wants."""
+    recorded = _recorded_sections(a, b)
+    va, vb = (((i.recorded or {}).get("versions") or {}) for i in (a, b))
+    rows = tuple((n, va.get(n), vb.get(n)) for n in sorted(set(va) | set(vb), key=lambda n: _rank(n, KEY_VERSIONS)))
+    ca, cb = a.config.get("config") or {}, b.config.get("config") or {}
+    if "env" not in recorded:  # no measured env on one side: the env the image config declares
+        recorded["env"] = compare_maps("env", "config env",
+                                       {k: v for k, v in _env(ca.get("Env")).items() if k not in VOLATILE_ENV},
+                                       {k: v for k, v in _env(cb.get("Env")).items() if k not in VOLATILE_ENV})
+    sections = (
+        recorded["versions"], recorded["python_packages"], recorded["ds_report_ops"], recorded["arch_coverage"],
+        recorded["checks"], recorded["env"],
+        compare_maps("labels", "labels", ca.get("Labels") or {}, cb.get("Labels") or {}),
+        _layers(a, b), recorded["debian_packages"],
+        compare_maps("config", "config", _config(a), _config(b)),
+        _history_section(a, b),
+    )
+    return (rows if recorded["versions"].compared else ()), sections
+
+
+def diff_images(text_a: str, text_b: str, site: Site | None = None) -> ImageDiff:
+    """Compare two images in their registries; counts every byte read (the benchmark's honesty)."""
+    start = time.perf_counter()
+    registries: dict[str, Registry] = {}
+    images = []
+    for text in (text_a, text_b):
+        ref = resolve(text, site)
+        reg = registries.setdefault(ref.registry, Registry(ref.registry))
+        images.append(fetch_image(reg, text, ref))
+    versions, sections = compare(*images)
+    return ImageDiff(images[0], images[1], versions, sections,
+                     bytes_fetched=sum(r.bytes_in for r in registries.values()),
+                     seconds=time.perf_counter() - start)
+
+
+__all__ = ["diff_images", "ImageDiff", "Image", "Section", "Change", "dpkg_compare", "direction", "resolve", "human_size"]

@@ -1,0 +1,406 @@
+"""`imgbuild diff REV1 [REV2]`: what a change to stacks.yaml does to the layer images, and why.
+
+Each side is a revision's stacks.yaml, layers/ and Dockerfile.j2 (read with `git archive`), or the
+working tree, loaded and planned by the current builder: a difference shown is a difference in the
+spec, never one in the tool. Nodes are matched per stack by layer name (then by position and kind,
+so a renamed layer shows as replaced), and every changed node names the inputs of its content key
+that moved (Node.inputs), with the rendered Dockerfile lines that changed. A new key the old plan
+already had is reused; any other is built. Release tags move for every stack whose top key changes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import DiffError, ImgbuildError
+from .params import GitPin, WheelPin
+from .plan import Node, Plan, image_ref, make_plan
+from .registry import Ref, Registry
+from .render import CudaTargets
+from .spec import LayerDef, Spec, Stack, load_spec
+
+WORKING_TREE = "working tree"
+# The inputs of a content key in the order a reviewer wants them; the parent last, since it only
+# says that something beneath moved.
+INPUT_ORDER = ("sources", "wheels", "build_args", "dockerfile", "files", "builder_version", "platform", "parent")
+
+
+@dataclass(frozen=True)
+class Cause:
+    input: str          # a Node.inputs name, or "checks" (same key, different checks: revalidated)
+    detail: str
+    lines: tuple = ()   # for "dockerfile": the rendered lines that changed, "- old" / "+ new"
+
+
+@dataclass(frozen=True)
+class NodeChange:
+    position: int            # in the new chain (in the old one for removed nodes); 0 sits on the base
+    layer: str
+    kind: str
+    change: str              # unchanged | changed | replaced | added | removed | checks
+    action: str              # reuse | revalidate | build | none (removed: nothing is deleted)
+    old_key: str | None
+    new_key: str | None
+    image: str | None        # where the new image lives: its repository, tagged by content key
+    was: str | None = None   # the old layer's name where another one took its place
+    note: str = ""           # why a new key is reused
+    causes: tuple = ()
+
+
+@dataclass(frozen=True)
+class StackDiff:
+    name: str
+    status: str              # unchanged | changed | added | removed
+    nodes: tuple
+    tag_action: str          # move | create | none
+    tags: tuple              # release tag references that would move or be created
+    notes: tuple = ()
+
+
+@dataclass(frozen=True)
+class SpecDiff:
+    old: str
+    new: str
+    file: str
+    stacks: tuple
+    notes: tuple
+
+    @property
+    def different(self) -> bool:
+        return any(s.status != "unchanged" for s in self.stacks)
+
+    def keys(self, action: str) -> list[tuple[str, str]]:
+        """Distinct (layer, key) of new images with this action, over every stack."""
+        found = {(n.layer, n.new_key) for s in self.stacks for n in s.nodes
+                 if n.action == action and n.change != "unchanged"}
+        return sorted(found)
+
+    def to_json(self) -> dict:
+        return {
+            "mode": "spec", "old": self.old, "new": self.new, "file": self.file, "different": self.different,
+            "notes": list(self.notes),
+            "summary": {"build": [f"{l}:{k}" for l, k in self.keys("build")],
+                        "reuse": [f"{l}:{k}" for l, k in self.keys("reuse")],
+                        "revalidate": [f"{l}:{k}" for l, k in self.keys("revalidate")],
+                        "tags": sum(len(s.tags) for s in self.stacks)},
+            "stacks": {s.name: {"status": s.status, "tag_action": s.tag_action, "tags": list(s.tags),
+                                "notes": list(s.notes), "nodes": [asdict(n) for n in s.nodes]}
+                       for s in self.stacks},
+        }
+
+
+@dataclass(frozen=True)
+class _Side:
+    label: str
+    spec: Spec
+    plan: Plan
+
+
+# -- loading a revision --------------------------------------------------------------------------
+
+def _git(cwd: Path, *args: str, error: str) -> bytes:
+    try:
+        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=300)
+    except FileNotFoundError:
+        raise DiffError("git is not installed; a spec diff reads revisions with git") from None
+    if proc.returncode != 0:
+        detail = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise DiffError(error + (f" ({detail[-1]})" if detail else ""))
+    return proc.stdout
+
+
+def _extract(archive: bytes, dest: Path) -> None:
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        # The data filter (3.11.4+) refuses links and paths that leave dest.
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:
+            tar.extractall(dest)
+
+
+def _load_revision(file: Path, rev: str, dest: Path) -> tuple[Path, str]:
+    """Write the revision's stacks file, layers/ and Dockerfile.j2 under dest: (stacks file, label)."""
+    folder = file.absolute().parent
+    if not folder.is_dir():
+        raise DiffError(f"{file}: no such folder")
+    top, _, prefix = _git(folder, "rev-parse", "--show-toplevel", "--show-prefix",
+                          error=f"{folder} is not in a git repository").decode().partition("\n")
+    top_dir, prefix = Path(top), prefix.strip()
+    commit = _git(top_dir, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}",
+                  error=f"{rev!r} is not a revision of {top_dir}").decode().strip()
+    wanted = [prefix + file.name, prefix + "layers", prefix + "Dockerfile.j2"]
+    present = _git(top_dir, "ls-tree", "--name-only", commit, "--", *wanted,
+                   error=f"cannot list {rev}").decode().splitlines()
+    if wanted[0] not in present:
+        raise DiffError(f"{rev} has no {wanted[0]}")
+    _extract(_git(top_dir, "archive", "--format=tar", commit, "--", *present, error=f"cannot read {rev}"), dest)
+    label = rev if commit.startswith(rev) else f"{rev} ({commit[:12]})"
+    return dest / prefix / file.name, label
+
+
+def _reported(label: str, tmp: Path | None, fn, *args):
+    """Run fn, naming the side in any error (and the revision's file, not its temporary copy)."""
+    try:
+        return fn(*args)
+    except DiffError:
+        raise
+    except ImgbuildError as exc:
+        message = exc.message.replace(f"{tmp}/", "") if tmp else exc.message
+        raise DiffError(f"{label}: {exc.label}: {message}", hint=exc.hint) from None
+
+
+def _plan(spec: Spec, label: str, reg: Registry | None) -> _Side:
+    return _Side(label, spec, make_plan(spec, digests=_mirrored_digests(spec, reg) if reg else {}))
+
+
+def _mirrored_digests(spec: Spec, reg: Registry) -> dict:
+    """Digests of the bases kept in the site registry that declare none (a mirrored Debian): the
+    digest a build would resolve, so that keys match the images really in the registry."""
+    digests = {}
+    for base in spec.bases.values():
+        ref = Ref.parse(base.ref(spec.site))
+        if not base.digest and ref.registry == reg.host:
+            digest = reg.manifest_digest(ref.repo, ref.reference)
+            if digest:
+                digests[base.name] = digest
+    return digests
+
+
+# -- comparing ------------------------------------------------------------------------------------
+
+def _short(value: str) -> str:
+    return value[:12] if len(value) in (40, 64) and all(c in "0123456789abcdef" for c in value) else value
+
+
+def _dict_changes(old: dict, new: dict) -> list[str]:
+    out = []
+    for k in sorted(set(old) | set(new)):
+        if k not in old:
+            out.append(f"+ {k}={_short(str(new[k]))}")
+        elif k not in new:
+            out.append(f"- {k}")
+        elif old[k] != new[k]:
+            out.append(f"{k} {_short(str(old[k]))} -> {_short(str(new[k]))}")
+    return out
+
+
+def _param_text(value) -> str:
+    if isinstance(value, GitPin):
+        return _short(value.commit)
+    if isinstance(value, WheelPin):
+        return value.file
+    return "none" if value is None else str(value)
+
+
+def _param_changes(old: LayerDef, new: LayerDef) -> list[str]:
+    """Parameters that differ, as 'NAME: a -> b' (lists and maps as what was added and removed)."""
+    a, b = dict(old.params), dict(new.params)
+    out = []
+    for name in sorted(set(a) | set(b)):
+        va, vb = a.get(name), b.get(name)
+        if va == vb:
+            continue
+        if isinstance(va, GitPin) and isinstance(vb, GitPin) and va.repo != vb.repo:
+            out.append(f"{name}: {va} -> {vb}")
+        elif isinstance(va, tuple) and isinstance(vb, tuple):
+            if all(isinstance(p, tuple) for p in va + vb):  # a map, kept as sorted pairs
+                out.append(f"{name}: " + ", ".join(_dict_changes(dict(va), dict(vb))))
+            else:
+                added = [f"+ {v}" for v in vb if v not in va]
+                removed = [f"- {v}" for v in va if v not in vb]
+                out.append(f"{name}: " + (", ".join(added + removed) or "order changed"))
+        else:
+            out.append(f"{name}: {_param_text(va)} -> {_param_text(vb)}")
+    return out
+
+
+def _templates(spec: Spec, kind: str) -> dict[str, bytes]:
+    root = spec.root
+    paths = [root / "Dockerfile.j2", root / "layers" / kind / "fragment.j2", *sorted((root / "layers").glob("*.j2"))]
+    return {str(p.relative_to(root)): p.read_bytes() for p in paths if p.is_file()}
+
+
+def _arch_list(stack: Stack, layer: LayerDef) -> str:
+    return CudaTargets.of(stack).torch_arch_list if stack.compiles_cuda(layer) else "none"
+
+
+def _changed_lines(old: str, new: str) -> tuple[str, ...]:
+    diff = list(difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0))[2:]
+    return tuple(f"{line[0]} {line[1:].strip()}" for line in diff if not line.startswith("@@ "))
+
+
+@dataclass(frozen=True)
+class _Pair:
+    old: _Side
+    new: _Side
+    old_stack: Stack | None
+    new_stack: Stack | None
+
+    def dockerfile_reasons(self, o: Node, n: Node) -> list[str]:
+        if o.layer.kind.name != n.layer.kind.name:
+            return [f"kind {o.layer.kind.name} -> {n.layer.kind.name}"]
+        reasons = [f"layer name {o.name} -> {n.name}"] if o.name != n.name else []
+        reasons += _param_changes(o.layer, n.layer)
+        ta, tb = _templates(self.old.spec, o.layer.kind.name), _templates(self.new.spec, n.layer.kind.name)
+        reasons += [f"template {p} changed" for p in sorted(set(ta) | set(tb)) if ta.get(p) != tb.get(p)]
+        aa, ab = _arch_list(self.old_stack, o.layer), _arch_list(self.new_stack, n.layer)
+        if aa != ab:
+            reasons.append(f"arch list {aa} -> {ab}")
+        facts = _dict_changes(dict(self.old_stack.base.provides), dict(self.new_stack.base.provides))
+        if facts:
+            reasons.append("base facts: " + ", ".join(facts))
+        return reasons or ["rendering changed"]
+
+    def parent(self, o: Node, n: Node, lowest: str) -> str:
+        a, b = o.inputs["parent"], n.inputs["parent"]
+        if a.startswith("base:") and b.startswith("base:"):
+            return f"base image {a[5:]} -> {b[5:]}"
+        name_a = a[5:] if a.startswith("base:") else self.old.plan.nodes[a].name
+        name_b = b[5:] if b.startswith("base:") else self.new.plan.nodes[b].name
+        if name_a != name_b:
+            return f"{name_a} -> {name_b}"
+        return f"{name_b} changed" + (f" (the change starts at {lowest})" if lowest != name_b else "")
+
+    def causes(self, o: Node, n: Node, lowest: str) -> tuple[Cause, ...]:
+        a, b = o.inputs, n.inputs
+        out = []
+        for name in INPUT_ORDER + tuple(sorted((set(a) | set(b)) - set(INPUT_ORDER))):
+            if a.get(name) == b.get(name):
+                continue
+            if name == "dockerfile":
+                out.append(Cause(name, "; ".join(self.dockerfile_reasons(o, n)),
+                                 _changed_lines(o.dockerfile, n.dockerfile)))
+            elif name == "parent":
+                out.append(Cause(name, self.parent(o, n, lowest)))
+            elif isinstance(a.get(name), dict) or isinstance(b.get(name), dict):
+                out.append(Cause(name, ", ".join(_dict_changes(a.get(name) or {}, b.get(name) or {}))))
+            else:
+                out.append(Cause(name, f"{a.get(name)} -> {b.get(name)}"))
+        return tuple(out)
+
+
+def _checks_cause(o: Node, n: Node) -> Cause:
+    a, b = {c.id: c for c in o.checks}, {c.id: c for c in n.checks}
+    parts = [f"+ {i}" for i in b if i not in a] + [f"- {i}" for i in a if i not in b]
+    parts += [f"{i} changed" for i in b if i in a and a[i] != b[i]]
+    params = _param_changes(o.layer, n.layer)
+    return Cause("checks", ", ".join(parts) + (f" (params: {'; '.join(params)})" if params else ""))
+
+
+def _pairs(old: list[Node], new: list[Node]) -> tuple[list[tuple[Node | None, Node]], list[tuple[int, Node]]]:
+    """Match by layer name, else by position when the kind is the same and the old layer's name is
+    not used elsewhere in the new chain. Returns (old or None, new) in new order, and the removed."""
+    by_name = {n.name: n for n in old}
+    new_names = {n.name for n in new}
+    matched, pairs = set(), []
+    for i, n in enumerate(new):
+        o = by_name.get(n.name)
+        if o is None and i < len(old) and old[i].name not in new_names and old[i].key not in matched \
+                and old[i].layer.kind.name == n.layer.kind.name:
+            o = old[i]
+        if o is not None:
+            matched.add(o.key)
+        pairs.append((o, n))
+    return pairs, [(i, o) for i, o in enumerate(old) if o.key not in matched]
+
+
+def _action(node: Node, old: _Side, new: _Side, reg: Registry | None) -> tuple[str, str]:
+    if node.key in old.plan.nodes:
+        return "reuse", f"same key as at {old.label}"
+    if reg and reg.manifest_digest(f"{new.spec.site.namespace}/layers/{node.name}", node.short):
+        return "reuse", "already in the registry"
+    return "build", ""
+
+
+def _tags(spec: Spec, stack: str, templates) -> tuple[str, ...]:
+    return tuple(f"{spec.site.registry}/{spec.site.namespace}/{stack}:{t.replace('{stack}', stack)}" for t in templates)
+
+
+def _stack_diff(name: str, old: _Side, new: _Side, reg: Registry | None) -> StackDiff:
+    old_stack, new_stack = old.spec.stacks.get(name), new.spec.stacks.get(name)
+    if new_stack is None:
+        nodes = tuple(NodeChange(i, n.name, n.layer.kind.name, "removed", "none", n.short, None, None)
+                      for i, n in enumerate(old.plan.chain(name)))
+        return StackDiff(name, "removed", nodes, "none", (), ("its release tags are left where they are",))
+    pair = _Pair(old, new, old_stack, new_stack)
+    chain = new.plan.chain(name)
+    matches, removed = _pairs(old.plan.chain(name) if old_stack else [], chain)
+    lowest = next((n.name for o, n in matches if o is None or o.key != n.key), "")
+    nodes = []
+    for i, (o, n) in enumerate(matches):
+        image = image_ref(new.spec, n)
+        if o is not None and o.key == n.key:
+            if o.checks == n.checks:
+                nodes.append(NodeChange(i, n.name, n.layer.kind.name, "unchanged", "reuse", o.short, n.short, image))
+            else:
+                nodes.append(NodeChange(i, n.name, n.layer.kind.name, "checks", "revalidate", o.short, n.short,
+                                        image, causes=(_checks_cause(o, n),)))
+            continue
+        action, note = _action(n, old, new, reg)
+        if o is None:
+            nodes.append(NodeChange(i, n.name, n.layer.kind.name, "added", action, None, n.short, image, note=note))
+        else:
+            nodes.append(NodeChange(i, n.name, n.layer.kind.name, "changed" if o.name == n.name else "replaced",
+                                    action, o.short, n.short, image, was=None if o.name == n.name else o.name,
+                                    note=note, causes=pair.causes(o, n, lowest)))
+    nodes += [NodeChange(i, o.name, o.layer.kind.name, "removed", "none", o.short, None, None) for i, o in removed]
+    if old_stack is None:
+        return StackDiff(name, "added", tuple(nodes), "create", _tags(new.spec, name, new_stack.tags))
+    notes = []
+    if old_stack.tags != new_stack.tags:
+        notes.append("tag templates: " + ", ".join([f"+ {t}" for t in new_stack.tags if t not in old_stack.tags]
+                                                   + [f"- {t}" for t in old_stack.tags if t not in new_stack.tags]))
+    if old.plan.top(name).key != new.plan.top(name).key:
+        action, tags = "move", _tags(new.spec, name, new_stack.tags)
+    else:
+        added = [t for t in new_stack.tags if t not in old_stack.tags]
+        action, tags = ("create" if added else "none"), _tags(new.spec, name, added)
+    changed = notes or any(n.change != "unchanged" for n in nodes)
+    return StackDiff(name, "changed" if changed else "unchanged", tuple(nodes), action, tags, tuple(notes))
+
+
+def _notes(old: _Side, new: _Side, registry: bool) -> tuple[str, ...]:
+    notes = []
+    if old.spec.site != new.spec.site:
+        notes.append(f"site: {old.spec.site.registry}/{old.spec.site.namespace} -> "
+                     f"{new.spec.site.registry}/{new.spec.site.namespace}: every image and tag reference moves "
+                     "(content keys do not)")
+    same_ref = [b for b in sorted(old.plan.unresolved & new.plan.unresolved)
+                if old.spec.bases[b].ref(old.spec.site) == new.spec.bases[b].ref(new.spec.site)]
+    if same_ref:
+        notes.append(f"base{'s' if len(same_ref) > 1 else ''} {', '.join(same_ref)}: no digest on either side, so "
+                     "keys use the tag reference; a base that moved under its tag does not show here"
+                     + ("" if registry else " (--registry resolves bases mirrored in the site registry)"))
+    return tuple(notes)
+
+
+def diff_revisions(file: str | Path, old_rev: str, new_rev: str | None = None, registry: bool = False) -> SpecDiff:
+    """Compare the stacks file at old_rev with new_rev (None: the working tree). With registry, bases
+    mirrored in the site registry are resolved there and new keys found there count as reused."""
+    file = Path(file)
+    with tempfile.TemporaryDirectory(prefix="imgbuild-diff-") as tmp:
+        old_dir, new_dir = Path(tmp, "old"), Path(tmp, "new")
+        old_file, old_label = _load_revision(file, old_rev, old_dir)
+        if new_rev is None:
+            if not file.is_file():
+                raise DiffError(f"{file}: no such file in the working tree")
+            new_file, new_label, new_dir = file, WORKING_TREE, None
+        else:
+            new_file, new_label = _load_revision(file, new_rev, new_dir)
+        old_spec = _reported(old_label, old_dir, load_spec, old_file)
+        new_spec = _reported(new_label, new_dir, load_spec, new_file)
+        reg = Registry(new_spec.site.registry) if registry else None
+        old = _reported(old_label, old_dir, _plan, old_spec, old_label, reg)
+        new = _reported(new_label, new_dir, _plan, new_spec, new_label, reg)
+        names = list(new_spec.stacks) + [s for s in old_spec.stacks if s not in new_spec.stacks]
+        stacks = tuple(_reported("registry", None, _stack_diff, name, old, new, reg) for name in names)
+        return SpecDiff(old=old_label, new=new_label, file=str(file), stacks=stacks,
+                        notes=_notes(old, new, registry))
+
+__all__ = ["diff_revisions", "SpecDiff", "StackDiff", "NodeChange", "Cause"]
