@@ -367,10 +367,14 @@ def _stack_diff(name: str, old: _Side, new: _Side, reg: Registry | None) -> Stac
 
 def _notes(old: _Side, new: _Side, registry: bool) -> tuple[str, ...]:
     notes = []
-    if old.spec.site != new.spec.site:
+    o, n = old.spec.site, new.spec.site
+    if (o.registry, o.namespace) != (n.registry, n.namespace):
         notes.append(f"site: {old.spec.site.registry}/{old.spec.site.namespace} -> "
                      f"{new.spec.site.registry}/{new.spec.site.namespace}: every image and tag reference moves "
                      "(content keys do not)")
+    if o.driver_floor != n.driver_floor:
+        notes.append(f"site driver floor {o.driver_floor} -> {n.driver_floor}: "
+                     "preflight judges the stacks again; no image changes")
     same_ref = [b for b in sorted(old.plan.unresolved & new.plan.unresolved)
                 if old.spec.bases[b].ref(old.spec.site) == new.spec.bases[b].ref(new.spec.site)]
     if same_ref:

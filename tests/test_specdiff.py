@@ -344,3 +344,19 @@ def test_registry_resolves_mirrored_bases_and_finds_keys_already_built(tmp_path)
         assert not any("debian-bookworm" in n for n in d.notes)
     finally:
         server.shutdown()
+
+
+def test_a_driver_floor_change_is_a_note_not_a_moved_registry(tmp_path):
+    root = tmp_path / "site"
+    root.mkdir()
+    shutil.copytree(REPO / "layers", root / "layers")
+    shutil.copy2(REPO / "Dockerfile.j2", root / "Dockerfile.j2")
+    shutil.copy2(REPO / "stacks.yaml", root / "stacks.yaml")
+    git(root, "init", "-q")
+    commit(root, "one")
+    edit(root, lambda d: d["site"].update(driver_floor="590.44.01"))
+    commit(root, "two")
+    d = spec_diff(root, "one", "two")
+    assert any("driver floor 580.65.06 -> 590.44.01" in n for n in d.notes), d.notes
+    assert not any("every image and tag reference moves" in n for n in d.notes)
+    assert all(n.change == "unchanged" for s in d.stacks for n in s.nodes)
