@@ -21,6 +21,7 @@ from .checks import CheckResult, run_checks
 from .engine import BuildRequest, Engine
 from .errors import EngineError, ImgbuildError, RegistryError, SpecError, ValidationFailed
 from .hostconf import HostConf
+from .lock import lock_digests
 from .manifest import build_manifest, checks_hash, fetch_manifest, push_manifest
 from .plan import KEY_LEN, Node, Plan, image_ref, make_plan, sha256
 from .preflight import gate
@@ -65,15 +66,20 @@ def state_dir() -> Path:
     return Path(os.environ.get("IMGBUILD_HOME", ".imgbuild"))
 
 
-def resolve_bases(spec: Spec, stacks: list[str]) -> dict:
-    """Each base's digest: declared in stacks.yaml, else looked up in its registry (never guessed)."""
+def resolve_bases(spec: Spec, stacks: list[str], use_lock: bool = True) -> dict:
+    """Each base's digest: declared in stacks.yaml, else recorded in stacks.lock.yaml (`imgbuild lock`),
+    else looked up in its registry now. Never guessed."""
     digests = {}
+    locked = lock_digests(spec) if use_lock else {}
     for name in stacks:
         base = spec.stack(name).base
         if base.name in digests:
             continue
         if base.digest:
             digests[base.name] = base.digest
+            continue
+        if base.name in locked:
+            digests[base.name] = locked[base.name]
             continue
         ref = Ref.parse(base.ref(spec.site))
         try:

@@ -107,15 +107,16 @@ def plan(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_:
          as_json: bool = typer.Option(False, "--json", help="The DAG as JSON (a CI matrix)."),
          explain: bool = typer.Option(False, "--explain", "-x", help="Show the inputs that make each key.")) -> None:
     """Show the layer DAG: one node per distinct layer image, its content key and who uses it."""
+    from .lock import lock_digests
     spec = load_spec(file)
     names = select(spec, selectors, all_ or not selectors)
-    result = make_plan(spec, names)
+    result = make_plan(spec, names, lock_digests(spec))
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
         return
     if result.unresolved:
         typer.echo(f"note: digest not yet known for base(s) {', '.join(sorted(result.unresolved))}: "
-                   "their keys are provisional until `imgbuild build` resolves them from the registry")
+                   "their keys are provisional until `imgbuild lock` records them or `imgbuild build` resolves them")
     for name in names:
         stack = spec.stack(name)
         typer.echo(f"{name}  (base {stack.base.ref(spec.site)}; gpus {','.join(g.name for g in stack.gpus) or 'none'})")

@@ -128,6 +128,15 @@ def load_lock(spec_file: str | Path) -> Lock | None:
     return Lock(file=str(path), bases=bases)
 
 
+def lock_digests(spec: Spec) -> dict:
+    """Base name -> digest recorded in the lock file, for bases whose image reference is unchanged."""
+    locked = load_lock(spec.file)
+    if not locked:
+        return {}
+    return {name: rec.digest for name, rec in locked.bases.items()
+            if name in spec.bases and rec.image == spec.bases[name].ref(spec.site)}
+
+
 def probe(engine: Engine, ref: str) -> dict:
     """Measure an image: {fact: value or None}. Facts it could not measure are left out."""
     res = engine.run_container(ref, ["sh", "-c", WRAPPER], input=PROBE, timeout=600)
@@ -150,7 +159,7 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
         users = [s for s, st in spec.stacks.items() if st.base.name == name]
         ref = base.ref(spec.site)
         try:
-            digest = resolve_bases(spec, users[:1])[name] if users else base.digest
+            digest = resolve_bases(spec, users[:1], use_lock=False)[name] if users else base.digest
             if not digest:
                 raise SpecError(f"base {name!r} is used by no stack and declares no digest; nothing to resolve")
             facts = probe(engine, f"{ref}@{digest}")
