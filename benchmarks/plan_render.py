@@ -21,7 +21,6 @@ A benchmark, not a test: PASS/MISS against the target is printed, the exit statu
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform

@@ -19,13 +19,13 @@ from typing import Callable
 from . import __version__
 from .checks import CheckResult, run_checks
 from .engine import BuildRequest, Engine
-from .errors import EngineError, ImgbuildError, RegistryError, SpecError, ValidationFailed
+from .errors import ImgbuildError, RegistryError, SpecError, ValidationFailed
 from .hostconf import HostConf
 from .lock import lock_digests
 from .manifest import build_manifest, checks_hash, fetch_manifest, push_manifest
 from .plan import KEY_LEN, Node, Plan, image_ref, make_plan, sha256
 from .preflight import gate
-from .publish import promote, release_tags
+from .publish import promote
 from .registry import Ref, Registry
 from .sources import export
 from .spec import Spec

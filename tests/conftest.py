@@ -1,11 +1,16 @@
-"""Shared fixtures of the unit tests: no Docker, no network, no registry; the whole set runs in seconds."""
+"""Shared fixtures. Unit tests need no Docker, network or registry and run in seconds; tests marked
+docker/registry pass one gate here: skipped with the reason where no engine or registry answers, and
+failed instead when IMGBUILD_REQUIRE_DOCKER=1 (scripts/test.sh and CI set it)."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import io
+import os
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +21,34 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 STACKS = REPO / "stacks.yaml"
 GOLDEN = Path(__file__).resolve().parent / "golden"
+TEST_REGISTRY = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000")
+DOCKER = "/usr/bin/docker"
+
+
+@functools.cache
+def docker_unavailable() -> str | None:
+    """Why the docker tests cannot run here, or None. Asked once per session."""
+    from builder.registry import Registry
+    try:
+        Registry(TEST_REGISTRY).ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means "not available"
+        return f"no registry at {TEST_REGISTRY}: {exc}"
+    if not Path(DOCKER).exists() or subprocess.run([DOCKER, "info"], capture_output=True).returncode:
+        return "no Docker engine answers"
+    if not Registry(TEST_REGISTRY).manifest_digest("mirror/debian", "bookworm"):
+        return f"{TEST_REGISTRY}/mirror/debian:bookworm is not mirrored"
+    return None
+
+
+def pytest_runtest_setup(item):
+    # A hook, not a fixture: it runs before the module-scoped fixtures that would start building.
+    if not (item.get_closest_marker("docker") or item.get_closest_marker("registry")):
+        return
+    why = docker_unavailable()
+    if why:
+        if os.environ.get("IMGBUILD_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"Docker tests are required here but {why} (run scripts/setup-host.sh)")
+        pytest.skip(f"{why}; run scripts/setup-host.sh to enable the docker tests")
 
 
 def pytest_addoption(parser):

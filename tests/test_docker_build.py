@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,26 +29,6 @@ TOKEN = f"dummy-token-{uuid.uuid4().hex}"
 MARKER = f"# imgbuild-secret-marker-{uuid.uuid4().hex}"
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
-
-
-def _engine_ready() -> str | None:
-    try:
-        Registry(REGISTRY).ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "not available"
-        return f"no registry at {REGISTRY}: {exc}"
-    docker = shutil.which("docker") and "/usr/bin/docker"
-    if not docker or subprocess.run([docker, "info"], capture_output=True).returncode != 0:
-        return "no Docker engine answers"
-    return None
-
-
-@pytest.fixture(scope="module", autouse=True)
-def engine_ready():
-    why = _engine_ready()
-    if why:
-        if os.environ.get("IMGBUILD_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"Docker tests are required here but {why} (run scripts/setup-host.sh)")
-        pytest.skip(f"{why}; run scripts/setup-host.sh to enable the docker tests")
 
 
 @pytest.fixture(scope="module")
@@ -82,12 +61,6 @@ def imgbuild(work: Path, *args: str, timeout: float = 3000) -> subprocess.Comple
 
 def release(tag: str, stack: str = "cpu-smoke") -> str | None:
     return Registry(REGISTRY).manifest_digest(f"{NS}/{stack}", tag)
-
-
-def report_of(proc: subprocess.CompletedProcess) -> dict:
-    line = next(l for l in (proc.stdout + proc.stderr).splitlines() if "report.json" in l)
-    path = line.split("report")[-1].strip(": ").split()[-1] if "report:" in line else line.split()[-1]
-    return json.loads(Path(path if path.endswith(".json") else path + "/report.json").read_text())
 
 
 def reports(work: Path) -> list[dict]:

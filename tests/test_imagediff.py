@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder.registry import Registry
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000")
@@ -26,21 +25,6 @@ PIN_V2 = "1a6d04ff11a3a379285c6dc7862d82d095f0056c"   # tag v2
 DOCKER = "/usr/bin/docker"
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def engine_ready():
-    why = None
-    try:
-        Registry(REGISTRY).ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "not available"
-        why = f"no registry at {REGISTRY}: {exc}"
-    if not why and (not Path(DOCKER).exists() or subprocess.run([DOCKER, "info"], capture_output=True).returncode):
-        why = "no Docker engine answers"
-    if why:
-        if os.environ.get("IMGBUILD_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"Docker tests are required here but {why} (run scripts/setup-host.sh)")
-        pytest.skip(f"{why}; run scripts/setup-host.sh to enable the docker tests")
 
 
 def stacks_file(work: Path, name: str, pin: str, packages: list[str]) -> Path:

@@ -5,8 +5,6 @@ holds one, and a lock file that preflight then reads as measured facts."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 
 import pytest
 import yaml
@@ -22,23 +20,6 @@ from builder.spec import load_spec
 REGISTRY = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000")
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def engine_ready():
-    why = None
-    try:
-        Registry(REGISTRY).ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "not available"
-        why = f"no registry at {REGISTRY}: {exc}"
-    if why is None and (not shutil.which("docker") or subprocess.run(["docker", "info"], capture_output=True).returncode):
-        why = "no Docker engine answers"
-    if why is None and not Registry(REGISTRY).manifest_digest("mirror/debian", "bookworm"):
-        why = f"{REGISTRY}/mirror/debian:bookworm is not mirrored"
-    if why:
-        if os.environ.get("IMGBUILD_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"Docker tests are required here but {why} (run scripts/setup-host.sh)")
-        pytest.skip(f"{why}; run scripts/setup-host.sh to enable the docker tests")
 
 
 @pytest.fixture

@@ -81,7 +81,7 @@ def main():
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
                 facts["files"][path] = f.read(100000)
-        except OSError as exc:
+        except OSError:
             facts["files"][path] = None
     json.dump(facts, sys.stdout)
 
