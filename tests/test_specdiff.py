@@ -36,16 +36,21 @@ def commit(repo: Path, tag: str) -> None:
     git(repo, "tag", tag)
 
 
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory) -> Path:
-    """A repository whose tags each make one change to the one before (named in each test)."""
-    root = tmp_path_factory.mktemp("specdiff") / "site"
+def site_repo(root: Path, tag: str) -> Path:
+    """A git repository holding a copy of the shipped stacks.yaml, layers/ and Dockerfile.j2."""
     root.mkdir()
     shutil.copytree(REPO / "layers", root / "layers")
     shutil.copy2(REPO / "Dockerfile.j2", root / "Dockerfile.j2")
     shutil.copy2(REPO / "stacks.yaml", root / "stacks.yaml")
     git(root, "init", "-q")
-    commit(root, "base")
+    commit(root, tag)
+    return root
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    """A repository whose tags each make one change to the one before (named in each test)."""
+    root = site_repo(tmp_path_factory.mktemp("specdiff") / "site", "base")
 
     def pin(d):
         d["projects"]["smoke-train"]["params"]["source"]["commit"] = PIN_V2
@@ -347,13 +352,7 @@ def test_registry_resolves_mirrored_bases_and_finds_keys_already_built(tmp_path)
 
 
 def test_a_driver_floor_change_is_a_note_not_a_moved_registry(tmp_path):
-    root = tmp_path / "site"
-    root.mkdir()
-    shutil.copytree(REPO / "layers", root / "layers")
-    shutil.copy2(REPO / "Dockerfile.j2", root / "Dockerfile.j2")
-    shutil.copy2(REPO / "stacks.yaml", root / "stacks.yaml")
-    git(root, "init", "-q")
-    commit(root, "one")
+    root = site_repo(tmp_path / "site", "one")
     edit(root, lambda d: d["site"].update(driver_floor="590.44.01"))
     commit(root, "two")
     d = spec_diff(root, "one", "two")
