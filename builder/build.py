@@ -22,8 +22,8 @@ from .engine import BuildRequest, Engine
 from .errors import ImgbuildError, RegistryError, SpecError, ValidationFailed
 from .hostconf import HostConf
 from .lock import lock_digests
-from .manifest import build_manifest, checks_hash, fetch_manifest, push_manifest
-from .plan import KEY_LEN, Node, Plan, image_ref, make_plan, sha256
+from .manifest import build_manifest, fetch_manifest, push_manifest, verdict
+from .plan import KEY_LEN, Node, Plan, image_ref, layer_repo, make_plan, sha256
 from .preflight import gate
 from .publish import promote
 from .registry import Ref, Registry
@@ -151,17 +151,16 @@ class Builder:
         self.run_dir.mkdir(parents=True, exist_ok=True)
 
     def repo(self, node: Node) -> str:
-        return f"{self.spec.site.namespace}/layers/{node.name}"
+        return layer_repo(self.spec, node.name)
 
-    def lookup(self, node: Node) -> tuple[str, str | None]:
-        """(action, digest): reuse a validated image, revalidate one whose checks changed, or build."""
+    def lookup(self, node: Node) -> tuple[str, str | None, str | None]:
+        """(action, digest, why): reuse an image whose stored manifest proves it passed this node's checks,
+        revalidate one that is there without that proof (and say why), or build one that is absent."""
         digest = self.registry.manifest_digest(self.repo(node), node.short)
         if not digest:
-            return "build", None
-        recorded = fetch_manifest(self.registry, self.repo(node), digest)
-        if recorded and recorded.get("checks_hash") == checks_hash(node.checks) and recorded.get("key") == node.key:
-            return "reuse", digest
-        return "revalidate", digest
+            return "build", None, None
+        why = verdict(fetch_manifest(self.registry, self.repo(node), digest), node, digest, self.gpu)
+        return ("reuse", digest, None) if why is None else ("revalidate", digest, why)
 
     def labels(self, plan: Plan, node: Node, parent_ref: str) -> dict:
         root = node_root(plan, node)
@@ -193,7 +192,7 @@ class Builder:
                  f"{counts['build']} build  (run {self.run_id}, logs in {self.run_dir})")
         with self.hostconf.secrets() as secrets:
             for i, (key, node) in enumerate(plan.nodes.items(), 1):
-                action, digest = actions[key]
+                action, digest, why = actions[key]
                 res = NodeResult(key=node.short, layer=node.name, action=action)
                 report.nodes[key] = res
                 prefix = f"[{i}/{total}] {node.name} {node.short[:12]}"
@@ -210,7 +209,8 @@ class Builder:
                         self.say(f"{prefix}: in the registry, validated; reused")
                         continue
                     if action == "revalidate":
-                        self.say(f"{prefix}: in the registry, but its checks changed: pulling to validate")
+                        self.say(f"{prefix}: in the registry, not validated for these checks ({why}): "
+                                 "pulling to validate")
                         ref = f"{self.spec.site.registry}/{self.repo(node)}@{digest}"
                         self.engine.pull(ref)
                         results, facts = self.validate(node, ref, prefix)
@@ -238,7 +238,8 @@ class Builder:
             report.error = f"{len(failed)} layer image(s) failed or were blocked; no release tag was moved"
             report.write()
             return report
-        report.tags = promote(self.spec, self.registry, plan, stacks, digests, date, self.say)
+        # promote reads every node's recorded results again: it trusts the registry, not this loop.
+        report.tags = promote(self.spec, self.registry, plan, stacks, date, self.say, expected=digests)
         report.ok = True
         report.write()
         return report
@@ -261,7 +262,7 @@ class Builder:
         self.say(f"{prefix}: built in {time.time() - started:.0f} s; validating")
         results, facts = self.validate(node, local, prefix)
         if not all(r.ok for r in results):
-            self.record_local(node, facts, results)
+            self.record(node, facts, results, None, labels)
             raise ValidationFailed(self.failures(node, results) + f" (image kept locally as {local})")
         final = image_ref(self.spec, node)
         self.engine.tag(local, final)
@@ -287,17 +288,17 @@ class Builder:
         bad = [r for r in results if not r.ok]
         return f"{node.name}: {len(bad)} check(s) failed: " + "; ".join(f"{r.id}: {r.detail[:300]}" for r in bad)
 
-    def record(self, node: Node, facts: dict, results, digest: str, labels: dict) -> None:
-        manifest = build_manifest(node, facts, results, digest, labels, node.checks)
-        push_manifest(self.registry, self.repo(node), manifest)
+    def record(self, node: Node, facts: dict, results, digest: str | None, labels: dict) -> dict:
+        """Keep the measured manifest in the run folder; store it beside the image in the registry only
+        when every check passed. A failure is never written where `lookup` and `promote` read."""
+        manifest = build_manifest(node, facts, results, digest, labels, node.checks, gpu=self.gpu)
+        passed = manifest["outcome"] == "passed" and digest is not None
+        if passed:
+            push_manifest(self.registry, self.repo(node), manifest)
         (self.run_dir / "manifests").mkdir(exist_ok=True)
-        (self.run_dir / "manifests" / f"{node.name}-{node.short[:12]}.json").write_text(json.dumps(manifest, indent=1))
-
-    def record_local(self, node: Node, facts: dict, results) -> None:
-        manifest = build_manifest(node, facts, results, None, {}, node.checks)
-        (self.run_dir / "manifests").mkdir(exist_ok=True)
-        (self.run_dir / "manifests" / f"{node.name}-{node.short[:12]}.failed.json").write_text(json.dumps(manifest, indent=1))
-
+        name = f"{node.name}-{node.short[:12]}" + ("" if passed else ".failed")
+        (self.run_dir / "manifests" / f"{name}.json").write_text(json.dumps(manifest, indent=1))
+        return manifest
 
 def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, date: str | None = None,
           gpu: bool | None = None) -> BuildReport:
@@ -319,6 +320,16 @@ def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, da
     return report
 
 
+def release(spec: Spec, stacks: list[str], say: Say, date: str | None = None) -> dict:
+    """Move the release tags of already built stacks (CI's release step): no engine, nothing built.
+    The proof is read from the registry by promote, never taken from a job's exit code."""
+    gate(spec, stacks, say)
+    registry = Registry(spec.site.registry)
+    registry.ping()
+    plan = make_plan(spec, stacks, resolve_bases(spec, stacks))
+    return promote(spec, registry, plan, stacks, date, say)
+
+
 class BuildFailed(ImgbuildError):
     exit_code = 7
     label = "build failed"
@@ -328,7 +339,7 @@ class BuildFailed(ImgbuildError):
         self.report = report
 
 
-__all__ = ["build", "BuildReport", "Builder", "BuildFailed", "resolve_bases", "KEY_LEN"]
+__all__ = ["build", "release", "BuildReport", "Builder", "BuildFailed", "resolve_bases", "KEY_LEN"]
 
 
 def validate(spec: Spec, stacks: list[str], images: list[str], say: Say, docker: str | None = None,
@@ -344,7 +355,7 @@ def validate(spec: Spec, stacks: list[str], images: list[str], say: Say, docker:
         plan = make_plan(spec, stacks, resolve_bases(spec, stacks))
         for name in stacks:
             node = plan.top(name)
-            repo = f"{spec.site.namespace}/layers/{node.name}"
+            repo = layer_repo(spec, node.name)
             digest = registry.manifest_digest(repo, node.short)
             if not digest:
                 raise ValidationFailed(f"stack {name!r}: its image {image_ref(spec, node)} is not in the registry",

@@ -151,6 +151,19 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
 
 
 @app.command()
+def release(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
+            date: Optional[str] = typer.Option(None, "--date", help="The {date} of release tags (default: today, UTC).")
+            ) -> None:
+    """Move the release tags of built stacks: only if every layer image of every selected stack is in
+    the registry with passing recorded checks (read from the registry, not from a job's exit code)."""
+    from .build import release as run_release
+    spec = load_spec(file)
+    names = select(spec, selectors, all_)
+    moved = run_release(spec, names, say=lambda line: typer.echo(line), date=date)
+    typer.echo(f"ok: {len(moved)} stack(s) released")
+
+
+@app.command()
 def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAME or an image reference."),
              file: Path = FileOpt, docker: Optional[str] = typer.Option(None, "--docker")) -> None:
     """Re-run the in-image checks of existing images and record the results beside them."""

@@ -14,6 +14,7 @@ from dataclasses import asdict
 
 from . import __version__
 from .checks import CheckResult, parse_ds_report
+from .errors import ValidationFailed
 from .registry import Registry
 
 SCHEMA = "imgbuild.manifest/v1"
@@ -42,7 +43,7 @@ def versions(facts: dict) -> dict:
 
 
 def build_manifest(node, facts: dict, results: list[CheckResult], image_digest: str | None, labels: dict,
-                   checks) -> dict:
+                   checks, gpu: bool = False) -> dict:
     ds = facts.get("ds_report")
     return {
         "schema": SCHEMA,
@@ -57,6 +58,8 @@ def build_manifest(node, facts: dict, results: list[CheckResult], image_digest: 
         "inputs": node.inputs,
         "labels": labels,
         "checks_hash": checks_hash(checks),
+        "outcome": "passed" if all(r.ok for r in results) else "failed",
+        "validated_with_gpu": gpu,
         "checks": [asdict(r) for r in results],
         "versions": versions(facts),
         "arch_list": (facts.get("torch") or {}).get("arch_list"),
@@ -71,7 +74,43 @@ def artifact_tag(image_digest: str) -> str:
     return image_digest.replace(":", "-") + ".imgbuild"
 
 
+def verdict(recorded: dict | None, node, digest: str, gpu: bool = False) -> str | None:
+    """Why `recorded` does not prove that image `digest` passed every check of `node`, or None when it does.
+
+    This is the one reading of "validated" (build's lookup and promote both ask it). It trusts no summary
+    field: every check the node has today must appear among the recorded results, and none of them may
+    have failed. A GPU check skipped on a machine without a GPU is accepted, unless the caller has a GPU
+    (then the image is validated again, so that the GPU checks really run).
+    """
+    if not recorded:
+        return "no imgbuild manifest is stored beside it"
+    if recorded.get("schema") != SCHEMA:
+        return f"its manifest has schema {recorded.get('schema')!r}, not {SCHEMA}"
+    if recorded.get("key") != node.key:
+        return "its manifest was recorded for another content key"
+    if recorded.get("image_digest") != digest:
+        return "its manifest was recorded for another image"
+    if recorded.get("checks_hash") != checks_hash(node.checks):
+        return "its checks changed since it was validated"
+    results = {r.get("id"): r for r in recorded.get("checks") or [] if isinstance(r, dict)}
+    for spec in node.checks:
+        r = results.get(spec.id)
+        if r is None:
+            return f"check {spec.id} has no recorded result"
+        if r.get("status") not in ("passed", "skipped"):
+            return f"check {spec.id} is recorded as {r.get('status')}"
+        if r["status"] == "skipped" and spec.gpu and gpu and not recorded.get("validated_with_gpu"):
+            return f"GPU check {spec.id} was skipped where no GPU was; this machine has one"
+    return None
+
+
 def push_manifest(reg: Registry, repo: str, manifest: dict) -> str:
+    # The registry only ever says "validated": a failed result is kept in the run folder, never here,
+    # so no later reader can mistake it for a pass (and no failed run erases an earlier pass).
+    failed = [c["id"] for c in manifest["checks"] if c["status"] not in ("passed", "skipped")]
+    if failed or manifest.get("outcome") != "passed":
+        raise ValidationFailed(f"{manifest['layer']}: refusing to store a manifest with failed checks "
+                               f"({', '.join(failed) or 'outcome ' + str(manifest.get('outcome'))}) in the registry")
     body = json.dumps(manifest, sort_keys=True, indent=1).encode()
     config = b"{}"
     cdig = reg.put_blob(repo, config)

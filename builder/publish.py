@@ -12,8 +12,8 @@ import time
 from typing import Callable
 
 from .errors import ImgbuildError
-from .manifest import fetch_manifest
-from .plan import Plan
+from .manifest import fetch_manifest, verdict
+from .plan import Plan, layer_repo, release_repo
 from .registry import Registry
 from .spec import Spec
 
@@ -40,22 +40,47 @@ def release_tags(template_list, stack: str, measured: dict, date: str) -> list[s
     return tags
 
 
-def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], digests: dict, date: str | None,
-            say: Callable[[str], None]) -> dict:
+def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str | None,
+            say: Callable[[str], None], expected: dict | None = None) -> dict:
+    """Move the release tags of `stacks`, or none of them.
+
+    Whatever the caller believes, every node of every stack is read back from the registry first: its
+    content key must resolve to an image whose stored manifest proves that it passed that node's
+    checks (manifest.verdict), and, when the caller says which digest it validated (`expected`), to
+    that very image. Any doubt about any node refuses the whole promotion before the first tag moves.
+    """
     date = date or time.strftime("%Y.%m.%d", time.gmtime())
-    ns = spec.site.namespace
+    problems: list[str] = []
+    tops: dict = {}   # stack -> (repo, digest, recorded manifest)
+    for name in stacks:
+        for node in plan.chain(name):
+            repo = layer_repo(spec, node.name)
+            digest = reg.manifest_digest(repo, node.short)
+            if not digest:
+                problems.append(f"{name}: {node.name} ({node.short[:12]}) is not in the registry")
+                continue
+            if expected is not None and expected.get(node.key) != digest:
+                problems.append(f"{name}: {node.name} ({node.short[:12]}) is {digest[:19]} in the registry, "
+                                f"but this run validated {str(expected.get(node.key))[:19]}")
+                continue
+            recorded = fetch_manifest(reg, repo, digest)
+            why = verdict(recorded, node, digest)
+            if why:
+                problems.append(f"{name}: {node.name} ({node.short[:12]}): {why}")
+            elif node.key == plan.top(name).key:
+                tops[name] = (repo, digest, recorded)
+    if problems:
+        raise PublishError(f"{len(problems)} layer image(s) not proven validated; no tag was moved:\n  "
+                           + "\n  ".join(problems))
     moves = []  # (stack, repo, tag, manifest bytes, media type, digest)
     for name in stacks:
-        top = plan.top(name)
-        src_repo = f"{ns}/layers/{top.name}"
-        digest = digests[top.key]
-        recorded = fetch_manifest(reg, src_repo, digest) or {}
+        src_repo, digest, recorded = tops[name]
         tags = release_tags(spec.stack(name).tags, name, recorded.get("versions", {}), date)
         found = reg.get_manifest(src_repo, digest)
         if not found:
             raise PublishError(f"{src_repo}@{digest} vanished from the registry; no tag was moved")
         manifest, media_type, _ = found
-        dst_repo = f"{ns}/{name}"
+        dst_repo = release_repo(spec, name)
         # Make every blob available in the release repository before any tag points there.
         for blob in [manifest["config"]] + manifest.get("layers", []):
             reg.mount_blob(dst_repo, blob["digest"], src_repo)

@@ -1,0 +1,409 @@
+"""Builder.run, lookup, record and promote against an in-memory registry and engine (no Docker).
+
+The promise under test: a release tag is proof. A failed check is never stored where `lookup` or
+`promote` read it as a pass, so running a failing build again and again cannot turn into a release.
+The engine here is a fake (argv and images as data); the checks are scripted per layer and check id.
+The same scenario runs against the real engine and registry in test_docker_build.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+import builder.build as build_mod
+from builder.build import Builder
+from builder.checks import CheckResult
+from builder.hostconf import HostConf
+from builder.manifest import artifact_tag, build_manifest, fetch_manifest, verdict
+from builder.plan import layer_repo, make_plan, release_repo
+from builder.publish import PublishError, promote
+from builder.spec import load_spec
+
+from conftest import REPO, shipped_data, write_stacks
+
+BASE = {"debian-bookworm": "sha256:" + "ab" * 32}
+DOCKER_V2 = "application/vnd.docker.distribution.manifest.v2+json"
+TAGS = ("cpu-smoke", "cpu-smoke-2026.12.01", "cpu-smoke-torch2.13.0-cpu-ds0.19.8")
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+class MemRegistry:
+    """The slice of the OCI distribution API that imgbuild uses, held in dicts. `puts` records every
+    manifest PUT (repo, reference) so that a test sees each tag that moved."""
+
+    def __init__(self):
+        self.manifests: dict = {}   # (repo, reference) -> (body, media type, digest)
+        self.blobs: dict = {}
+        self.puts: list = []
+
+    def ping(self):
+        pass
+
+    def manifest_digest(self, repo, reference):
+        found = self.manifests.get((repo, reference))
+        return found[2] if found else None
+
+    def get_manifest(self, repo, reference):
+        found = self.manifests.get((repo, reference))
+        return (json.loads(found[0]), found[1], found[2]) if found else None
+
+    def manifest_bytes(self, repo, digest, media_type):
+        return self.manifests[(repo, digest)][0]
+
+    def put_manifest(self, repo, reference, body, media_type):
+        digest = _digest(body)
+        self.manifests[(repo, reference)] = self.manifests[(repo, digest)] = (body, media_type, digest)
+        self.puts.append((repo, reference))
+        return digest
+
+    def put_blob(self, repo, data):
+        self.blobs[_digest(data)] = data
+        return _digest(data)
+
+    def get_blob(self, repo, digest):
+        return self.blobs[digest]
+
+    def has_blob(self, repo, digest):
+        return digest in self.blobs
+
+    def mount_blob(self, repo, digest, from_repo):
+        assert digest in self.blobs
+
+    def tags(self, repo):
+        return sorted(ref for r, ref in self.manifests if r == repo and not ref.startswith("sha256:"))
+
+    def release_puts(self) -> list:
+        return [p for p in self.puts if "/layers/" not in p[0]]
+
+
+class FakeEngine:
+    """Builds are recorded; an image is a dict of labels. Push writes a manifest into MemRegistry."""
+
+    cli, mode = "/usr/bin/docker", "builtin"
+
+    def __init__(self, registry: MemRegistry):
+        self.registry = registry
+        self.images: dict = {}
+        self.built: list = []        # layer names, in build order
+        self.validated: list = []    # layer names, in validation order
+        self.failing: set = set()    # (layer name or "*", check id) that fail when judged
+
+    def has_gpu(self):
+        return False
+
+    def build(self, req, log, progress=lambda line: None):
+        self.built.append(req.labels["org.opencontainers.image.title"])
+        self.images[req.tag] = dict(req.labels)
+
+    def tag(self, src, dst):
+        self.images[dst] = self.images[src]
+
+    def push(self, ref):
+        host, _, rest = ref.partition("/")
+        repo, _, tag = rest.rpartition(":")
+        config = self.registry.put_blob(repo, json.dumps({"config": {"Labels": self.images[ref]}}).encode())
+        body = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_V2,
+                           "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
+                                      "digest": config, "size": 1}, "layers": []}).encode()
+        self.registry.put_manifest(repo, tag, body, DOCKER_V2)
+
+    def pull(self, ref):
+        pass
+
+    def remove(self, *refs):
+        for ref in refs:
+            self.images.pop(ref, None)
+
+    def inspect(self, ref):
+        return None
+
+
+def layer_of(image: str) -> str:
+    """The layer name in a local tag (imgbuild.local/NAME:...) or a registry ref (.../layers/NAME@...)."""
+    return image.split("/layers/")[-1].split("@")[0] if "/layers/" in image else image.split("/")[1].split(":")[0]
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    """A registry, an engine and a Builder factory, with checks scripted by FakeEngine.failing."""
+    monkeypatch.setenv("IMGBUILD_HOME", str(tmp_path / "home"))
+    reg = MemRegistry()
+    engine = FakeEngine(reg)
+
+    def run_checks(eng, image, checks, gpu):
+        name = layer_of(image)
+        eng.validated.append(name)
+        results = []
+        for c in checks:
+            if c.gpu and not gpu:
+                results.append(CheckResult(c.id, "skipped", "skipped: needs a GPU", True))
+            elif (name, c.id) in eng.failing or ("*", c.id) in eng.failing:
+                results.append(CheckResult(c.id, "failed", f"{c.id} failed in {name}", c.gpu))
+            else:
+                results.append(CheckResult(c.id, "passed", "ok", c.gpu))
+        return results, {"dists": {"torch": "2.13.0+cpu", "deepspeed": "0.19.8"}, "python": "3.11.2"}
+
+    monkeypatch.setattr(build_mod, "run_checks", run_checks)
+    monkeypatch.setattr(build_mod, "assemble_context", lambda node, conf, dest: dest)
+    conf = HostConf(ca_bundle=None, wheelhouse=None, netrc=None, pip_index_url=None)
+
+    def builder(spec):
+        return Builder(spec, engine, reg, conf, say=lambda line: None, gpu=False)
+
+    return reg, engine, builder
+
+
+def spec_for(tmp_path: Path, name: str, mutate=lambda data: None):
+    data = shipped_data()
+    mutate(data)
+    return load_spec(write_stacks(tmp_path / name, data), root=REPO)
+
+
+def require_aio(data):
+    """The issue's case: an op the image cannot provide. The keys stay, only the checks change."""
+    data["layers"]["ds-0.19.8-cpu"]["params"].update({"runtime_ops": ["async_io"], "libaio": False})
+
+
+def run(builder, spec):
+    plan = make_plan(spec, ["cpu-smoke"], BASE)
+    return builder(spec).run(plan, ["cpu-smoke"], date="2026.12.01"), plan
+
+
+def released(reg: MemRegistry, spec) -> dict:
+    return {t: reg.manifest_digest(release_repo(spec, "cpu-smoke"), t) for t in TAGS}
+
+
+def test_a_fresh_build_validates_stores_and_releases(world, tmp_path):
+    reg, engine, builder = world
+    spec = spec_for(tmp_path, "ok")
+    report, plan = run(builder, spec)
+    assert report.ok, report.error
+    assert engine.built == [n.name for n in plan.chain("cpu-smoke")]
+    assert set(released(reg, spec).values()) == {reg.manifest_digest(layer_repo(spec, plan.top("cpu-smoke").name),
+                                                                      plan.top("cpu-smoke").short)}
+    for node in plan.chain("cpu-smoke"):
+        digest = reg.manifest_digest(layer_repo(spec, node.name), node.short)
+        recorded = fetch_manifest(reg, layer_repo(spec, node.name), digest)
+        assert recorded["outcome"] == "passed" and verdict(recorded, node, digest) is None
+    # A second run reuses everything and builds or validates nothing.
+    engine.built.clear(), engine.validated.clear()
+    report, _ = run(builder, spec)
+    assert report.ok and {n.action for n in report.nodes.values()} == {"reuse"}
+    assert engine.built == [] and engine.validated == []
+
+
+@pytest.mark.parametrize("runs", [4, 7])
+def test_a_failing_check_fails_every_run_and_never_moves_a_tag(world, tmp_path, runs):
+    """The reported bug: runs 1-3 failed, run 4 reused the failing image as validated and released it."""
+    reg, engine, builder = world
+    good = spec_for(tmp_path, "good")
+    assert run(builder, good)[0].ok
+    before = released(reg, good)
+    assert None not in before.values()
+    stored = dict(reg.manifests)
+    bad = spec_for(tmp_path, "aio", require_aio)
+    engine.failing.add(("*", "deepspeed.ds-report"))
+    for i in range(runs):
+        puts = len(reg.puts)
+        report, plan = run(builder, bad)
+        assert not report.ok, f"run {i + 1} released an image whose checks failed"
+        acts = {n.layer: (n.action, n.status) for n in report.nodes.values()}
+        assert acts["ds-0.19.8-cpu"] == ("revalidate", "failed"), (i, acts)
+        assert acts["cpu-torch-2.13"] == ("reuse", "passed")
+        assert {acts["cpu-env"][1], acts["smoke-train"][1]} == {"blocked"}
+        assert report.tags == {}
+        assert released(reg, good) == before
+        # Nothing at all was written to the registry: the earlier pass stays, no failure is stored.
+        assert reg.puts[puts:] == [] and reg.manifests == stored
+    # The failure is kept where a person finds it: the run folder, marked failed.
+    failed = list(Path(report.run_dir, "manifests").glob("ds-0.19.8-cpu-*.failed.json"))
+    assert failed and json.loads(failed[0].read_text())["outcome"] == "failed"
+
+
+def test_revalidation_that_passes_is_recorded_and_then_reused(world, tmp_path):
+    reg, engine, builder = world
+    assert run(builder, spec_for(tmp_path, "good"))[0].ok
+    stricter = spec_for(tmp_path, "aio", require_aio)        # new checks, same keys; this time they pass
+    engine.validated.clear()
+    report, plan = run(builder, stricter)
+    assert report.ok
+    acts = {n.layer: n.action for n in report.nodes.values()}
+    assert acts == {"cpu-torch-2.13": "reuse", "ds-0.19.8-cpu": "revalidate", "cpu-env": "revalidate",
+                    "smoke-train": "revalidate"}
+    assert engine.built == ["cpu-torch-2.13", "ds-0.19.8-cpu", "cpu-env", "smoke-train"]   # from the first run only
+    assert engine.validated == ["ds-0.19.8-cpu", "cpu-env", "smoke-train"]
+    engine.validated.clear()
+    report, _ = run(builder, stricter)
+    assert report.ok and {n.action for n in report.nodes.values()} == {"reuse"} and engine.validated == []
+
+
+def test_a_node_failing_after_its_parent_was_reused(world, tmp_path):
+    """The project layer changes (new pin) and its own check fails: the reused parents are fine, the
+    new image is never pushed under its key, and the release stays where it was."""
+    reg, engine, builder = world
+    good = spec_for(tmp_path, "good")
+    assert run(builder, good)[0].ok
+    before = released(reg, good)
+
+    def new_pin(data):
+        data["projects"]["smoke-train"]["params"]["source"]["commit"] = "1a6d04ff11a3a379285c6dc7862d82d095f0056c"
+    changed = spec_for(tmp_path, "pin", new_pin)
+    engine.failing.add(("smoke-train", "project.smoke"))
+    engine.built.clear()
+    for _ in range(3):
+        report, plan = run(builder, changed)
+        acts = {n.layer: (n.action, n.status) for n in report.nodes.values()}
+        assert acts == {"cpu-torch-2.13": ("reuse", "passed"), "ds-0.19.8-cpu": ("reuse", "passed"),
+                        "cpu-env": ("reuse", "passed"), "smoke-train": ("build", "failed")}
+        top = plan.top("cpu-smoke")
+        assert reg.manifest_digest(layer_repo(changed, top.name), top.short) is None
+        assert released(reg, good) == before and not report.ok
+    assert engine.built == ["smoke-train"] * 3
+
+
+def test_promote_refuses_when_any_node_of_any_stack_lacks_proof(world, tmp_path):
+    """Defence in depth: promote reads every node's stored results itself, whatever its caller says."""
+    reg, engine, builder = world
+    spec = spec_for(tmp_path, "good")
+    report, plan = run(builder, spec)
+    before = released(reg, spec)
+    digests = {k: reg.manifest_digest(layer_repo(spec, n.name), n.short) for k, n in plan.nodes.items()}
+    ds = next(n for n in plan.chain("cpu-smoke") if n.name == "ds-0.19.8-cpu")
+    repo = layer_repo(spec, ds.name)
+    good_record = reg.manifests[(repo, artifact_tag(digests[ds.key]))]
+
+    def poison(status: str):
+        """Store, behind the tool's back, a manifest whose ds-report check did not pass (as the old bug did)."""
+        recorded = fetch_manifest(reg, repo, digests[ds.key])
+        for c in recorded["checks"]:
+            if c["id"] == "deepspeed.ds-report":
+                c["status"] = status
+        body = json.dumps(recorded).encode()
+        art = {"schemaVersion": 2, "config": {"digest": reg.put_blob(repo, b"{}")},
+               "layers": [{"mediaType": "application/vnd.imgbuild.manifest.v1+json", "digest": reg.put_blob(repo, body)}]}
+        reg.put_manifest(repo, artifact_tag(digests[ds.key]), json.dumps(art).encode(), "x")
+
+    for status in ("failed", "error"):
+        poison(status)
+        puts = len(reg.release_puts())
+        with pytest.raises(PublishError, match="no tag was moved") as exc:
+            promote(spec, reg, plan, ["cpu-smoke"], "2026.12.02", lambda line: None, expected=digests)
+        assert f"check deepspeed.ds-report is recorded as {status}" in exc.value.message
+        assert len(reg.release_puts()) == puts and released(reg, spec) == before
+        # lookup agrees: the key is there but not proven, so the next build validates it again.
+        assert builder(spec).lookup(ds)[0] == "revalidate"
+
+    reg.manifests[(repo, artifact_tag(digests[ds.key]))] = good_record
+    # A caller that validated a different image than the registry holds under the key is refused too.
+    wrong = dict(digests, **{ds.key: "sha256:" + "0" * 64})
+    with pytest.raises(PublishError, match="but this run validated sha256:0000"):
+        promote(spec, reg, plan, ["cpu-smoke"], "2026.12.02", lambda line: None, expected=wrong)
+    # A node missing from the registry.
+    missing = reg.manifests.pop((repo, ds.short))
+    with pytest.raises(PublishError, match="ds-0.19.8-cpu .* is not in the registry"):
+        promote(spec, reg, plan, ["cpu-smoke"], "2026.12.02", lambda line: None)
+    reg.manifests[(repo, ds.short)] = missing
+    assert released(reg, spec) == before
+    # With the proof restored, promote moves the tags (the control: the refusals above were not luck).
+    moved = promote(spec, reg, plan, ["cpu-smoke"], "2026.12.02", lambda line: None, expected=digests)
+    assert set(moved["cpu-smoke"]) == {"cpu-smoke", "cpu-smoke-2026.12.02", "cpu-smoke-torch2.13.0-cpu-ds0.19.8"}
+
+
+def test_one_failed_stack_blocks_every_stack_in_the_promotion(world, tmp_path):
+    """A failure anywhere moves no tag anywhere: two stacks share a prefix, one top is unproven."""
+    reg, engine, builder = world
+
+    def two_stacks(data):
+        twin = json.loads(json.dumps(data["stacks"]["cpu-smoke"]))
+        twin["project"] = None
+        twin.pop("project")
+        data["stacks"]["cpu-twin"] = twin
+    spec = spec_for(tmp_path, "two", two_stacks)
+    plan = make_plan(spec, ["cpu-smoke", "cpu-twin"], BASE)
+    assert builder(spec).run(plan, ["cpu-smoke", "cpu-twin"], "2026.12.01").ok
+    top = plan.top("cpu-smoke")
+    repo = layer_repo(spec, top.name)
+    digest = reg.manifest_digest(repo, top.short)
+    reg.manifests.pop((repo, artifact_tag(digest)))       # the stored proof of one node is gone
+    puts = len(reg.release_puts())
+    with pytest.raises(PublishError, match="no imgbuild manifest is stored beside it"):
+        promote(spec, reg, plan, ["cpu-smoke", "cpu-twin"], "2026.12.02", lambda line: None)
+    assert len(reg.release_puts()) == puts
+    promote(spec, reg, plan, ["cpu-twin"], "2026.12.02", lambda line: None)   # the other stack alone is fine
+    assert len(reg.release_puts()) > puts
+
+
+def test_record_never_stores_a_failure_in_the_registry(world, tmp_path):
+    reg, engine, builder = world
+    spec = spec_for(tmp_path, "good")
+    plan = make_plan(spec, ["cpu-smoke"], BASE)
+    node = plan.chain("cpu-smoke")[1]
+    b = builder(spec)
+    results = [CheckResult(c.id, "passed", "ok") for c in node.checks]
+    results[0] = CheckResult(results[0].id, "failed", "no")
+    manifest = b.record(node, {}, results, "sha256:" + "1" * 64, {})
+    assert manifest["outcome"] == "failed" and reg.puts == []
+    assert (b.run_dir / "manifests" / f"{node.name}-{node.short[:12]}.failed.json").exists()
+    # And the registry layer itself refuses such a manifest, whoever asks.
+    from builder.errors import ValidationFailed
+    from builder.manifest import push_manifest
+    with pytest.raises(ValidationFailed, match="refusing to store a manifest with failed checks"):
+        push_manifest(reg, layer_repo(spec, node.name), manifest)
+    assert reg.puts == []
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda m, n: None, None),
+    (lambda m, n: m.update(key="0" * 64), "recorded for another content key"),
+    (lambda m, n: m.update(image_digest="sha256:" + "2" * 64), "recorded for another image"),
+    (lambda m, n: m.update(checks_hash="x"), "its checks changed"),
+    (lambda m, n: m.update(schema="imgbuild.manifest/v0"), "schema"),
+    (lambda m, n: m["checks"].pop(), "has no recorded result"),
+    (lambda m, n: m["checks"][0].update(status="failed"), "is recorded as failed"),
+    (lambda m, n: m.update(outcome="passed") or m["checks"][-1].update(status="FAILED"), "is recorded as FAILED"),
+])
+def test_verdict_trusts_only_a_complete_passing_record(tmp_path, change, why):
+    spec = spec_for(tmp_path, "good")
+    node = make_plan(spec, ["cpu-smoke"], BASE).chain("cpu-smoke")[1]
+    digest = "sha256:" + "1" * 64
+    results = [CheckResult(c.id, "skipped" if c.gpu else "passed", "ok", c.gpu) for c in node.checks]
+    manifest = build_manifest(node, {}, results, digest, {}, node.checks)
+    change(manifest, node)
+    got = verdict(manifest, node, digest)
+    assert (got is None) if why is None else (why in got), got
+    assert verdict(None, node, digest) == "no imgbuild manifest is stored beside it"
+
+
+def test_a_gpu_machine_revalidates_what_was_validated_without_one(tmp_path):
+    spec = spec_for(tmp_path, "good")
+    node = make_plan(spec, ["cpu-smoke"], BASE).chain("cpu-smoke")[1]
+    assert any(c.gpu for c in node.checks)
+    digest = "sha256:" + "1" * 64
+    results = [CheckResult(c.id, "skipped" if c.gpu else "passed", "ok", c.gpu) for c in node.checks]
+    manifest = build_manifest(node, {}, results, digest, {}, node.checks, gpu=False)
+    assert verdict(manifest, node, digest, gpu=False) is None
+    assert "was skipped where no GPU was" in verdict(manifest, node, digest, gpu=True)
+    manifest["validated_with_gpu"] = True     # skipped on a GPU machine: a judge's own skip, not for lack of one
+    assert verdict(manifest, node, digest, gpu=True) is None
+
+
+def test_release_reads_the_registry_and_refuses_an_unbuilt_stack(world, tmp_path, monkeypatch):
+    """`imgbuild release` (CI's release step) runs promote on what the registry holds."""
+    reg, engine, builder = world
+    spec = spec_for(tmp_path, "good")
+    monkeypatch.setattr(build_mod, "Registry", lambda host: reg)
+    monkeypatch.setattr(build_mod, "resolve_bases", lambda spec, stacks: BASE)
+    with pytest.raises(PublishError, match="is not in the registry"):
+        build_mod.release(spec, ["cpu-smoke"], lambda line: None, date="2026.12.01")
+    assert reg.release_puts() == []
+    run(builder, spec)
+    before = len(reg.release_puts())
+    moved = build_mod.release(spec, ["cpu-smoke"], lambda line: None, date="2026.12.03")
+    assert "cpu-smoke-2026.12.03" in moved["cpu-smoke"] and len(reg.release_puts()) == before + 3
