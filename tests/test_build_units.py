@@ -63,22 +63,59 @@ def test_detects_buildx_then_builtin_then_refuses_a_new_cli_without_buildx():
     assert mode is None and "no buildx" in why
 
 
-def test_build_argv_passes_secrets_as_files_never_values(tmp_path):
+def test_build_argv_passes_secrets_as_files_never_values(tmp_path, monkeypatch):
+    """The host's secrets as the build hands them over (HostConf.secrets: an id per file; a value held
+    only in memory is first written to a private file) reach argv as --secret id=ID,src=PATH: each
+    path is there, the index URL with its token is not, and no secret becomes a build arg or label."""
+    from builder.hostconf import HostConf
+    ca, netrc = tmp_path / "ca.pem", tmp_path / "netrc"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    netrc.write_text("machine files.example login user password pw\n")  # a file: never read here
+    monkeypatch.setenv("IMGBUILD_CA_BUNDLE", str(ca))
+    monkeypatch.setenv("IMGBUILD_NETRC", str(netrc))
+    monkeypatch.setenv("IMGBUILD_PIP_INDEX_URL", "https://user:tok3n@index.example/simple")
     engine = Engine(cli="/usr/bin/docker", mode="builtin", runner=FakeRunner({}))
-    secret_file = tmp_path / "netrc"
-    secret_file.write_text("machine x password s3cr3t")
-    req = BuildRequest(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tag="t:1",
-                       build_args={"TORCH_CUDA_ARCH_LIST": "9.0", "PARENT": "base@sha256:ab"},
-                       labels={"io.imgbuild.key": "k"}, secrets={"netrc": str(secret_file)})
-    argv = engine.build_argv(req)
+    with HostConf.from_env().secrets() as secrets:
+        index_file = Path(secrets["pip-index-url"])
+        assert index_file.read_text() == "https://user:tok3n@index.example/simple"
+        req = BuildRequest(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tag="t:1",
+                           build_args={"PARENT": "base@sha256:ab"}, labels={"io.imgbuild.key": "k"}, secrets=secrets)
+        argv = engine.build_argv(req)
     assert argv[:2] == ["/usr/bin/docker", "build"]
-    assert ["--secret", f"id=netrc,src={secret_file}"] == argv[argv.index("--secret"):argv.index("--secret") + 2]
-    assert "s3cr3t" not in " ".join(argv)
-    # build args sorted (deterministic), every arch spelling passed, inline cache on
-    args = [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"]
-    assert args == ["PARENT=base@sha256:ab", "TORCH_CUDA_ARCH_LIST=9.0", "BUILDKIT_INLINE_CACHE=1"]
+    pairs = [argv[i + 1] for i, a in enumerate(argv) if a == "--secret"]
+    assert pairs == [f"id=ca-bundle,src={ca}", f"id=netrc,src={netrc}", f"id=pip-index-url,src={index_file}"]
+    assert "tok3n" not in " ".join(argv) and "index.example" not in " ".join(argv)
+    values = [argv[i + 1] for i, a in enumerate(argv) if a in ("--build-arg", "--label")]
+    assert values == ["PARENT=base@sha256:ab", "io.imgbuild.key=k", "BUILDKIT_INLINE_CACHE=1"]
     buildx = Engine(cli="docker", mode="buildx", runner=FakeRunner({})).build_argv(req)
     assert buildx[:4] == ["docker", "buildx", "build", "--load"]
+
+
+def test_build_argv_passes_every_arch_list_spelling(tmp_path):
+    """A layer that compiles CUDA gets the stack's arch list in every spelling the build tools read
+    (TORCH_CUDA_ARCH_LIST for torch extensions, DeepSpeed and Apex, NVTE_CUDA_ARCHS for Transformer
+    Engine, CMAKE_CUDA_ARCHITECTURES for CMake), from the plan to argv, each value unchanged."""
+    import yaml
+
+    from builder.plan import make_plan
+    from builder.spec import load_spec
+    root = Path(__file__).resolve().parent.parent
+    data = yaml.safe_load((root / "stacks.yaml").read_text())
+    data["stacks"]["h100-megatron"]["gpus"] = ["H100", "B200"]
+    (tmp_path / "stacks.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    plan = make_plan(load_spec(tmp_path / "stacks.yaml", root=root), ["h100-megatron"])
+    node = next(n for n in plan.chain("h100-megatron") if n.name == "ds-0.19.5-hopper")
+    spellings = {"TORCH_CUDA_ARCH_LIST": "9.0;10.0", "NVTE_CUDA_ARCHS": "90;100", "CMAKE_CUDA_ARCHITECTURES": "90;100"}
+    assert node.build_args == spellings
+    req = BuildRequest(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tag="t:1",
+                       build_args={"PARENT": "base@sha256:ab", **node.build_args}, labels={})
+    argv = Engine(cli="/usr/bin/docker", mode="builtin", runner=FakeRunner({})).build_argv(req)
+    args = [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"]
+    for name, value in spellings.items():
+        assert f"{name}={value}" in args, (name, argv)
+    # sorted (deterministic), nothing else added but the inline cache
+    assert args == ["CMAKE_CUDA_ARCHITECTURES=90;100", "NVTE_CUDA_ARCHS=90;100", "PARENT=base@sha256:ab",
+                    "TORCH_CUDA_ARCH_LIST=9.0;10.0", "BUILDKIT_INLINE_CACHE=1"]
 
 
 def test_ds_report_table_is_parsed():

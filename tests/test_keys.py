@@ -221,9 +221,22 @@ def test_a_file_in_a_kinds_files_folder(tmp_path, baseline):
     (files2 / "patch.txt").write_text("two\n")
     assert changed(added, keys_of(root2 / "stacks.yaml")) == expect  # its content counts
 
-    os.chmod(files2 / "patch.txt", 0o755)
-    modes = keys_of(root2 / "stacks.yaml")
-    assert changed(added, modes) == expect  # and its mode
+
+def test_the_mode_of_a_file_in_a_kinds_files_folder(tmp_path):
+    """Same bytes, same name: only the executable bit differs, and that alone changes the keys."""
+    def site_with(name: str, mode: int) -> Path:
+        root = kinds_site(tmp_path, name)
+        files = root / "layers" / "deepspeed" / "files"
+        files.mkdir()
+        (files / "patch.sh").write_text("#!/bin/sh\necho patched\n")
+        os.chmod(files / "patch.sh", mode)
+        return root
+
+    plain, executable = site_with("plain", 0o644), site_with("executable", 0o755)
+    a, b = (root / "layers" / "deepspeed" / "files" / "patch.sh" for root in (plain, executable))
+    assert a.read_bytes() == b.read_bytes() and not os.access(a, os.X_OK) and os.access(b, os.X_OK)
+    expect = downstream("ds-0.19.5-hopper", "ds-0.17.6-ampere", "ds-0.19.8-cpu")
+    assert changed(keys_of(plain / "stacks.yaml"), keys_of(executable / "stacks.yaml")) == expect
 
 
 def test_a_fragment_template_text(tmp_path, baseline):

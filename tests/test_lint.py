@@ -193,3 +193,27 @@ def test_a_credential_in_stacks_yaml_fails_check(tmp_path):
                                             {"runtimes": {"e": env(WANDB_API_KEY="0123abcd")}}))
     res = run_cli("check", "-f", file)
     assert res.code == 3 and "error IB110 [s]" in res.out and "runtimes.e.params.env.WANDB_API_KEY" in res.out
+
+
+def test_the_build_gate_refuses_a_spec_lint_error_alone(tmp_path):
+    """The gate every build passes runs the spec's lint beside preflight: a stack whose only error is a
+    credential in stacks.yaml (IB110) is refused, and a spec-lint warning is refused under --strict."""
+    from builder.errors import PreflightError
+    from builder.preflight import gate, preflight
+    from test_preflight import S, env, spec_data
+    spec = load_spec(write_stacks(tmp_path / "token", spec_data(S("ngc2509", ["site"], runtime="e"),
+                                                                 {"runtimes": {"e": env(HF_TOKEN="hf_abcdef")}})))
+    assert [f for f in preflight(spec, ["s"]) if f.severity == "error"] == []  # preflight alone lets it through
+    said = []
+    with pytest.raises(PreflightError, match=r"1 error\(s\) found before building \(stacks: s\); nothing was built"):
+        gate(spec, ["s"], say=said.append)
+    [token] = [f for f in lint_spec(spec, ["s"]) if f.severity == "error"]
+    assert token.rule == "IB110" and token.key == "runtimes.e.params.env.HF_TOKEN"
+    assert [line for line in said if line.startswith("error")] == [token.render()]
+    assert token.render().startswith(f"error IB110 [s] {spec.file}:{token.line}: runtimes.e.params.env.HF_TOKEN: ")
+
+    spec = load_spec(write_stacks(tmp_path / "arch", spec_data(S("ngc2509", ["site"], runtime="e"),
+                                                                {"runtimes": {"e": env(TORCH_CUDA_ARCH_LIST="8.0")}})))
+    assert [f.rule for f in gate(spec, ["s"], say=lambda line: None) if f.severity == "warning"] == ["IB105"]
+    with pytest.raises(PreflightError):
+        gate(spec, ["s"], say=lambda line: None, strict=True)

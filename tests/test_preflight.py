@@ -293,12 +293,17 @@ FAILS = [
 ]
 
 
-@pytest.mark.parametrize("case", FAILS, ids=lambda c: c.id)
-def test_a_stack_breaking_the_rule_is_refused(tmp_path, case):
+def case_site(case: Fail) -> dict | None:
+    """The site section of a case: the library's, changed by case.site (driver_floor dropped unless given)."""
     site = None if case.site is None else {**LIBRARY["site"], **case.site}
     if case.site is not None and "driver_floor" not in case.site:
         site.pop("driver_floor")
-    spec, found = findings(tmp_path, case.stack, case.extra, site, case.lock)
+    return site
+
+
+@pytest.mark.parametrize("case", FAILS, ids=lambda c: c.id)
+def test_a_stack_breaking_the_rule_is_refused(tmp_path, case):
+    spec, found = findings(tmp_path, case.stack, case.extra, case_site(case), case.lock)
     hits = [f for f in found if f.rule == case.rule and re.search(case.message, f.message)]
     assert hits, "\n".join(f.render() for f in found)
     f = hits[0]
@@ -347,10 +352,48 @@ def test_a_stack_keeping_the_rule_passes(tmp_path, rules, stack, extra, site):
     assert not [f for f in found if f.severity == "error"], "\n".join(f.render() for f in found)
 
 
-def test_every_registered_rule_has_a_failing_case():
-    failing = {c.rule for c in FAILS}
-    for r in RULES:
-        assert any(x.startswith(r.id[:4]) for x in failing), r.id
+def reported_rule_ids() -> set:
+    """Every rule id a preflight finding can carry: the ids written in builder/preflight.py outside the
+    @rule(...) registrations (IB030 registers the family whose findings carry the catalog's ids) and
+    the ids of the catalog's DeepSpeed incompatibilities."""
+    import inspect
+
+    import builder.preflight
+    from builder import catalog
+    source = [line for line in inspect.getsource(builder.preflight).splitlines()
+              if not line.lstrip().startswith("@rule(")]
+    ids = set(re.findall(r'"(IB0\d\d)"', "\n".join(source)))
+    return ids | {inc.rule for inc in catalog.ds_incompatibilities()}
+
+
+def test_every_reported_rule_id_has_a_failing_case_of_exactly_that_id():
+    ids = reported_rule_ids()
+    assert {"IB001", "IB021", "IB031", "IB039", "IB040", "IB041", "IB064", "IB091"} <= ids and "IB030" not in ids
+    missing = sorted(ids - {c.rule for c in FAILS})
+    assert not missing, f"rule ids with no failing case: {missing}"
+
+
+def test_every_registered_rule_has_a_failing_case(tmp_path):
+    """Each registered rule, run on its own, produces the finding of at least one failing case (so that
+    IB040 and IB041 are two rules, and IB030 is covered by a case that its own check reports)."""
+    from builder.facts import resolve
+    from builder.lock import load_lock
+    from builder.preflight import Ctx
+
+    covered: dict = {r.id: [] for r in RULES}
+    assert len(covered) == len(RULES), "two rules registered under one id"
+    for n, case in enumerate(c for c in FAILS if not c.rule.startswith("IB1")):  # IB1xx: lint (test_lint.py)
+        folder = tmp_path / f"case{n}"
+        file = write_stacks(folder, spec_data(case.stack, case.extra, case_site(case)))
+        if case.lock:
+            write_lock(folder, *case.lock)
+        spec = load_spec(file)
+        ctx = Ctx(spec, spec.stack("s"), resolve(spec, spec.stack("s"), load_lock(file)))
+        for r in RULES:
+            if any(f.rule == case.rule and re.search(case.message, f.message) for f in r.check(ctx)):
+                covered[r.id].append(case.id)
+    missing = sorted(rid for rid, cases in covered.items() if not cases)
+    assert not missing, f"registered rules with no failing case: {missing}"
 
 
 def test_an_nccl_wheel_other_than_the_one_torch_pins(tmp_path):

@@ -11,6 +11,7 @@ import difflib
 import re
 
 import pytest
+from packaging.requirements import Requirement
 
 from builder.errors import RenderError
 from builder.plan import make_plan
@@ -197,6 +198,12 @@ def _tools(d, v):
                                                         if '"' not in v else "wheel==0.45.1"]
 
 
+def _project_packages(d, v):
+    v = v.replace("\\", "")
+    d["projects"]["smoke-train"]["params"]["packages"] = [f"six==1.16.0; platform_release == '{v}'"
+                                                           if "'" not in v else "six==1.16.0"]
+
+
 def _repo(d, v):
     d["projects"]["megatron-core-0.16"]["params"]["source"]["repo"] = "https://example.com/" + v
 
@@ -237,6 +244,8 @@ INJECTION_POINTS = {
                            lambda d, v: [("RUN", "word", _req(d, "ds-0.19.5-hopper", "packages"))]),
     "tools-marker": (_tools, "cpu-smoke", "cpu-torch-2.13",
                      lambda d, v: [("RUN", "word", _req(d, "cpu-torch-2.13", "tools"))]),
+    "project-packages": (_project_packages, "cpu-smoke", "smoke-train", lambda d, v: [
+        ("RUN", "word", str(Requirement(d["projects"]["smoke-train"]["params"]["packages"][0])))]),
     "git-repo-label": (_repo, "h100-megatron", "megatron-core-0.16", lambda d, v: [
         ("LABEL", "in", "io.imgbuild.source.source=" + _dq_text(
             "https://example.com/" + v + "@" + d["projects"]["megatron-core-0.16"]["params"]["source"]["commit"]))]),
@@ -272,6 +281,22 @@ def test_hostile_values_do_not_change_the_instructions(tmp_path, point, value, h
             assert any(text in body for body in bodies), f"{point}: {text!r} not in any {keyword}:\n{b}"
         else:  # the value is exactly one shell word: quoted, nothing of it runs as code
             assert any(text in shell_words(body) for body in bodies), f"{point}: {text!r} split:\n{b}"
+
+
+def test_project_packages_are_shell_quoted(tmp_path):
+    """A project's packages are single shell words of its pip install: extras brackets (a glob),
+    markers with '<', ';' and quotes are quoted, exactly as shlex.quote writes them."""
+    import shlex
+    data = shipped_data()
+    packages = ["smoke-extra[cli,yaml]==1.0", 'numpy==1.26.4; python_version < "3.13"']
+    data["projects"]["smoke-train"]["params"]["packages"] = packages
+    text = render_one(tmp_path, data, "cpu-smoke", "smoke-train")
+    [install] = [rest for kw, rest in instructions(text) if kw == "RUN" and "pip install" in rest]
+    for pkg in packages:
+        assert shlex.quote(pkg) != pkg and f" {shlex.quote(pkg)} " in install, install
+    words = shell_words(install)
+    start = words.index("--progress-bar") + 2
+    assert words[start:start + 2] == sorted(packages, key=str.lower), words
 
 
 @pytest.mark.parametrize("value", ["a\nRUN rm -rf /", "a\rb", "a\tb", "a\x00b", "a\x1bb"])

@@ -67,6 +67,7 @@ CATALOG_GPUS = "catalog GPUs: V100, T4, A100"
 TOP_KEYS = "allowed: bases, layers, projects, runtimes, site, stacks, version"
 STACK_KEYS = "allowed: base, description, driver_floor, extends, gpus, layers, project, runtime, tags"
 BASE_KEYS = "allowed: description, digest, family, image, provides, source"
+LAYER_KEYS = "allowed: description, kind, params"  # layers, projects and runtimes alike
 DS_PARAMS = "allowed: apt, libaio, ops, packages, runtime_ops, version"
 KINDS = "kinds (folders under layers/): apex, cpu-torch, deepspeed, megatron, ngc-pytorch, project, runtime-env, transformer-engine"
 TAGS = "allowed: {stack}, {date}, {torch}, {cuda}, {python}, {deepspeed}, {megatron}, {transformer_engine}, {apex}, {nccl}"
@@ -91,6 +92,16 @@ CASES = [
          "bases.deb.digets", "unknown key 'digets'", BASE_KEYS),
     Case("unknown-key-in-site", "  namespace: imgbuild\n", "  namespace: imgbuild\n  user: me  # <==\n",
          "site.user", "unknown key 'user'", "allowed: description, driver_floor, namespace, registry"),
+    Case("unknown-key-in-layer", "    kind: deepspeed\n", "    kind: deepspeed\n    param: {ops: [cpu_adam]}  # <==\n",
+         "layers.ds.param", "unknown key 'param'", LAYER_KEYS),
+    Case("unknown-key-in-project", "    kind: megatron\n",
+         "    kind: megatron\n    commit: 0123456789abcdef0123456789abcdef01234567  # <==\n",
+         "projects.proj.commit", "unknown key 'commit'", LAYER_KEYS),
+    Case("unknown-key-in-runtime", "    kind: runtime-env\n", '    kind: runtime-env\n    env: {B: "2"}  # <==\n',
+         "runtimes.env.env", "unknown key 'env'", LAYER_KEYS),
+    Case("unknown-key-in-git-pin", 'source: {repo: "https://example.com/m.git", commit: 0123456789abcdef0123456789abcdef01234567}',
+         'source: {repo: "https://example.com/m.git", commit: 0123456789abcdef0123456789abcdef01234567, branch: main}  # <==',
+         "projects.proj.params.source.branch", "unknown key 'branch'", "allowed: repo, commit"),
     Case("unknown-layer-param", 'params: {version: "0.19.5", ops: [fused_adam]}',
          'params: {version: "0.19.5", opts: [fused_adam]}  # <==',
          "layers.ds.params.opts", "unknown parameter 'opts' for kind 'deepspeed'", DS_PARAMS),
