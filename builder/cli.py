@@ -13,7 +13,7 @@ from typing import List, Optional
 import typer
 
 from . import __version__
-from .errors import ImgbuildError, PreflightError, SpecError
+from .errors import ImgbuildError, Interrupted, PreflightError, SpecError
 from .plan import KEY_LEN, image_ref, make_plan
 from .spec import Spec, load_spec
 
@@ -178,9 +178,9 @@ def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAM
     typer.echo("ok: every check passed or was skipped with its reason")
 
 
-def _terminate(signum, frame) -> None:
-    # SIGTERM (CI cancelling a job) unwinds like Ctrl-C: a running build is stopped, nothing is tagged.
-    raise KeyboardInterrupt
+def _interrupt(signum, frame) -> None:
+    # Ctrl-C and SIGTERM (CI cancelling a job) unwind the same way: a running build is stopped, nothing is tagged.
+    raise Interrupted(signal.Signals(signum).name)
 
 
 @app.command()
@@ -293,15 +293,16 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(None, help="base=NAME
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except ImgbuildError as exc:
         if STATE["debug"]:
             traceback.print_exc()
         typer.echo(exc.render(), err=True)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
+    except (Interrupted, KeyboardInterrupt):
         typer.echo("interrupted: the running step was stopped (release tags move only at the very end of a build)", err=True)
         sys.exit(130)
     except (typer.Exit, SystemExit) as exc:
@@ -317,6 +318,8 @@ def main() -> None:
             raise
         typer.echo(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
         sys.exit(70)
+    if isinstance(code, int) and code:   # with standalone_mode=False typer returns an Exit's code, not raise it
+        sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -138,11 +138,13 @@ class Engine:
             out.write("$ " + " ".join(argv) + "\n")
             out.flush()
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                    start_new_session=True, bufsize=1, errors="replace")
+                                    start_new_session=True, bufsize=1, errors="replace",
+                                    preexec_fn=_die_with_parent)
             try:
                 assert proc.stdout is not None
                 for line in proc.stdout:
                     out.write(line)
+                    out.flush()   # the log is followed live (tail -f) during hour-long compiles
                     line = line.rstrip("\n")
                     if STEP.match(line):
                         progress(line)
@@ -199,6 +201,21 @@ class Engine:
             return False
         res = self._docker("info", "--format", "{{json .Runtimes}}", timeout=30)
         return res.returncode == 0 and "nvidia" in res.stdout
+
+
+def _die_with_parent() -> None:
+    """In the build client, before exec: ask Linux to send it SIGTERM when imgbuild dies, however it dies.
+    The client runs in its own session (a Ctrl-C reaches imgbuild alone, which then stops the build in
+    order), so without this an imgbuild killed with SIGKILL would leave a quiet step (a long compile)
+    running to its end. The docker CLI cancels its BuildKit session on SIGTERM."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
+        if os.getppid() == 1:             # the parent died before prctl: nobody is left to stop us
+            os.kill(os.getpid(), signal.SIGTERM)
+    except (OSError, AttributeError):     # not Linux: the in-order stop on Ctrl-C/SIGTERM still applies
+        pass
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -87,6 +87,10 @@ class DiffError(ImgbuildError):
     label = "diff error"
 
 
-class Interrupted(ImgbuildError):
+class Interrupted(BaseException):
+    """Ctrl-C, or SIGTERM (CI cancelling a job). A BaseException like KeyboardInterrupt, so that no
+    `except ImgbuildError` on the way up takes it for one failed layer and carries on with the next.
+    The CLI raises it from its signal handlers instead of KeyboardInterrupt, which typer (run with
+    standalone_mode=False) turns into a return value: the process then exited 0 on Ctrl-C."""
+
     exit_code = 130
-    label = "interrupted"

@@ -56,6 +56,20 @@ def pytest_addoption(parser):
                      help="Rewrite tests/golden/ from the current rendering instead of comparing to it.")
 
 
+@pytest.fixture(scope="session")
+def work(tmp_path_factory) -> Path:
+    """The end-to-end work folder (secrets, stacks files, IMGBUILD_HOME) of this session's namespace."""
+    from e2e import make_work
+    return make_work(tmp_path_factory.mktemp("docker-e2e"))
+
+
+@pytest.fixture(scope="session")
+def first(work) -> dict:
+    """The full cpu-smoke build and release in this session's fresh namespace (once per session)."""
+    from e2e import first_build
+    return first_build(work)
+
+
 @pytest.fixture
 def update_golden(request) -> bool:
     return request.config.getoption("--update-golden")

@@ -407,3 +407,22 @@ def test_release_reads_the_registry_and_refuses_an_unbuilt_stack(world, tmp_path
     before = len(reg.release_puts())
     moved = build_mod.release(spec, ["cpu-smoke"], lambda line: None, date="2026.12.03")
     assert "cpu-smoke-2026.12.03" in moved["cpu-smoke"] and len(reg.release_puts()) == before + 3
+
+
+@pytest.mark.parametrize("raised", ["KeyboardInterrupt", "Interrupted"])
+def test_an_interrupted_command_exits_130_and_says_so(monkeypatch, raised):
+    """Ctrl-C and SIGTERM must never look like success to CI. typer turns a KeyboardInterrupt into a
+    *returned* 130 under standalone_mode=False; the old main ignored it and exited 0."""
+    import builder.cli
+    from builder.errors import Interrupted
+    from conftest import run_cli
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt if raised == "KeyboardInterrupt" else Interrupted("SIGTERM")
+    monkeypatch.setattr(builder.cli, "load_spec", stop)
+    for _ in range(2):
+        res = run_cli("check", "-f", str(REPO / "stacks.yaml"))
+        assert res.code == 130, res.output
+        assert "Traceback" not in res.output
+    if raised == "Interrupted":
+        assert "interrupted: the running step was stopped" in res.err

@@ -1,0 +1,80 @@
+"""The end-to-end namespace shared by the docker tests: one fresh namespace in the local registry per
+test session, the secrets every build gets (so that their absence from layers and logs is tested), and
+the first full cpu-smoke build, which test_docker_build.py changes and test_probe_lock.py measures.
+The fixtures `work` and `first` live in conftest.py (session scope)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import yaml
+
+from builder.registry import Registry
+
+ROOT = Path(__file__).resolve().parent.parent
+REGISTRY = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000")
+NS = f"imgbuild-test-{uuid.uuid4().hex[:8]}"
+PIN_V2 = "1a6d04ff11a3a379285c6dc7862d82d095f0056c"   # tag v2 of the smoke-project mirror
+TOKEN = f"dummy-token-{uuid.uuid4().hex}"
+MARKER = f"# imgbuild-secret-marker-{uuid.uuid4().hex}"
+# A real index URL with a token as its password: PyPI ignores it, so every build really uses it.
+INDEX_TOKEN = f"index-token-{uuid.uuid4().hex}"
+INDEX_URL = f"https://__token__:{INDEX_TOKEN}@pypi.org/simple"
+NEEDLES = [TOKEN.encode(), MARKER.encode(), INDEX_TOKEN.encode()]
+
+
+def make_work(path: Path) -> Path:
+    """The secrets every e2e build is given: a CA bundle with a marker line, a netrc with a token."""
+    ca = path / "ca-bundle.pem"
+    host_ca = Path("/etc/ssl/certs/ca-certificates.crt")
+    ca.write_text((host_ca.read_text() if host_ca.exists() else "") + f"\n{MARKER}\n")
+    (path / "netrc").write_text(f"machine private-index.invalid login build password {TOKEN}\n")
+    return path
+
+
+def stacks_file(work: Path, name: str, mutate=lambda data: None) -> Path:
+    data = yaml.safe_load((ROOT / "stacks.yaml").read_text())
+    data["site"] = {"registry": REGISTRY, "namespace": NS}
+    mutate(data)
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def env_for(work: Path) -> dict:
+    return dict(os.environ, IMGBUILD_HOME=str(work / "home"), IMGBUILD_CA_BUNDLE=str(work / "ca-bundle.pem"),
+                IMGBUILD_NETRC=str(work / "netrc"), IMGBUILD_PIP_INDEX_URL=INDEX_URL, PYTHONUNBUFFERED="1")
+
+
+def imgbuild(work: Path, *args: str, timeout: float = 3000) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "builder.cli", *args], cwd=work, env=env_for(work),
+                          capture_output=True, text=True, timeout=timeout)
+    (work / "outputs.log").open("a").write(proc.stdout + proc.stderr)
+    return proc
+
+
+def release(tag: str, stack: str = "cpu-smoke") -> str | None:
+    return Registry(REGISTRY).manifest_digest(f"{NS}/{stack}", tag)
+
+
+def reports(work: Path) -> list[dict]:
+    runs = sorted((work / "home" / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
+    return [json.loads((r / "report.json").read_text()) for r in runs if (r / "report.json").exists()]
+
+
+def actions(rep: dict) -> dict:
+    return {n["layer"]: n["action"] for n in rep["nodes"].values()}
+
+
+def first_build(work: Path) -> dict:
+    """The full cpu-smoke build in the fresh namespace."""
+    start = time.time()
+    proc = imgbuild(work, "build", "stack=cpu-smoke", "-f", str(stacks_file(work, "stacks")), "--date", "2026.11.29")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return {"proc": proc, "seconds": time.time() - start, "report": reports(work)[-1]}
