@@ -25,7 +25,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder.build import assemble_context, resolve_bases  # noqa: E402
+from builder.bases import resolve  # noqa: E402
+from builder.build import assemble_context  # noqa: E402
 from builder.hostconf import HostConf  # noqa: E402
 from builder.plan import make_plan  # noqa: E402
 from builder.spec import load_spec  # noqa: E402
@@ -63,7 +64,7 @@ def imgbuild(stacks: Path, home: Path) -> None:
 def plain_docker_chain(stacks: Path, tag_prefix: str, work: Path) -> None:
     """What a site does by hand: docker build each rendered Dockerfile, FROM the previous local image."""
     spec = load_spec(stacks, root=ROOT)
-    plan = make_plan(spec, ["cpu-smoke"], resolve_bases(spec, ["cpu-smoke"]))
+    plan = make_plan(spec, ["cpu-smoke"], resolve(spec, ["cpu-smoke"]).require())
     hostconf = HostConf.from_env()
     parent = plan.chain("cpu-smoke")[0].base_ref
     for i, node in enumerate(plan.chain("cpu-smoke")):

@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Callable
 
 from . import __version__
+from .bases import resolve
 from .checks import CheckResult, run_checks
 from .engine import BuildRequest, Engine
 from .errors import ImgbuildError, RegistryError, SpecError, ValidationFailed
 from .hostconf import HostConf
-from .lock import lock_digests
 from .manifest import build_manifest, fetch_manifest, push_manifest, verdict
 from .plan import KEY_LEN, Node, Plan, image_ref, layer_repo, make_plan, sha256
 from .preflight import gate
 from .publish import promote
-from .registry import Ref, Registry
+from .registry import Registry
 from .sources import export
 from .spec import Spec
 
@@ -64,35 +64,6 @@ class BuildReport:
 
 def state_dir() -> Path:
     return Path(os.environ.get("IMGBUILD_HOME", ".imgbuild"))
-
-
-def resolve_bases(spec: Spec, stacks: list[str], use_lock: bool = True) -> dict:
-    """Each base's digest: declared in stacks.yaml, else recorded in stacks.lock.yaml (`imgbuild lock`),
-    else looked up in its registry now. Never guessed."""
-    digests = {}
-    locked = lock_digests(spec) if use_lock else {}
-    for name in stacks:
-        base = spec.stack(name).base
-        if base.name in digests:
-            continue
-        if base.digest:
-            digests[base.name] = base.digest
-            continue
-        if base.name in locked:
-            digests[base.name] = locked[base.name]
-            continue
-        ref = Ref.parse(base.ref(spec.site))
-        try:
-            digest = Registry(ref.registry).manifest_digest(ref.repo, ref.reference)
-        except RegistryError as exc:
-            raise RegistryError(f"cannot resolve base {base.name!r} ({ref}): {exc.message}",
-                                hint="mirror it into the site registry, or record its digest under "
-                                     f"bases.{base.name}.digest") from None
-        if not digest:
-            raise RegistryError(f"base {base.name!r}: {ref} is not in the registry",
-                                hint="scripts/setup-host.sh seeds the mirrored Debian base")
-        digests[base.name] = digest
-    return digests
 
 
 def assemble_context(node: Node, hostconf: HostConf, dest: Path) -> Path:
@@ -307,8 +278,7 @@ def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, da
     engine = Engine.detect(docker)
     registry = Registry(spec.site.registry)
     registry.ping()
-    digests = resolve_bases(spec, stacks)
-    plan = make_plan(spec, stacks, digests)
+    plan = make_plan(spec, stacks, resolve(spec, stacks).require())
     builder = Builder(spec, engine, registry, HostConf.from_env(), say, gpu=gpu)
     say(f"engine: {engine.cli} ({'buildx' if engine.mode == 'buildx' else 'built-in BuildKit'}); registry "
         f"{spec.site.registry}; GPU for checks: {'yes' if builder.gpu else 'no (GPU checks are skipped)'}")
@@ -326,7 +296,7 @@ def release(spec: Spec, stacks: list[str], say: Say, date: str | None = None) ->
     gate(spec, stacks, say)
     registry = Registry(spec.site.registry)
     registry.ping()
-    plan = make_plan(spec, stacks, resolve_bases(spec, stacks))
+    plan = make_plan(spec, stacks, resolve(spec, stacks).require())
     return promote(spec, registry, plan, stacks, date, say)
 
 
@@ -339,7 +309,7 @@ class BuildFailed(ImgbuildError):
         self.report = report
 
 
-__all__ = ["build", "release", "BuildReport", "Builder", "BuildFailed", "resolve_bases", "KEY_LEN"]
+__all__ = ["build", "release", "BuildReport", "Builder", "BuildFailed", "KEY_LEN"]
 
 
 def validate(spec: Spec, stacks: list[str], images: list[str], say: Say, docker: str | None = None,
@@ -352,7 +322,7 @@ def validate(spec: Spec, stacks: list[str], images: list[str], say: Say, docker:
     all_stacks = list(spec.stacks)
     targets: list[tuple[str, Node]] = []
     if stacks:
-        plan = make_plan(spec, stacks, resolve_bases(spec, stacks))
+        plan = make_plan(spec, stacks, resolve(spec, stacks).require())
         for name in stacks:
             node = plan.top(name)
             repo = layer_repo(spec, node.name)
@@ -362,7 +332,7 @@ def validate(spec: Spec, stacks: list[str], images: list[str], say: Say, docker:
                                        hint=f"build it: imgbuild build stack={name}")
             targets.append((f"{spec.site.registry}/{repo}@{digest}", node))
     if images:
-        plan = make_plan(spec, all_stacks, resolve_bases(spec, all_stacks))
+        plan = make_plan(spec, all_stacks, resolve(spec, all_stacks).require())
         by_key = {k: n for k, n in plan.nodes.items()}
         for ref in images:
             info = engine.inspect(ref)

@@ -65,7 +65,7 @@ def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
     """Validate stacks.yaml, render the selected stacks, run preflight and lint (no Docker needed)."""
     from .findings import errors, ordered, strict as make_strict, summary
     from .lint import lint_rendered, lint_spec
-    from .lock import load_lock
+    from .lockfile import load_lock
     from .preflight import preflight
     spec = load_spec(file)
     names = select(spec, selectors, all_ or not selectors)
@@ -105,18 +105,21 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
 @app.command()
 def plan(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
          as_json: bool = typer.Option(False, "--json", help="The DAG as JSON (a CI matrix)."),
-         explain: bool = typer.Option(False, "--explain", "-x", help="Show the inputs that make each key.")) -> None:
+         explain: bool = typer.Option(False, "--explain", "-x", help="Show the inputs that make each key."),
+         offline: bool = typer.Option(False, "--offline", help="Ask no registry: bases neither pinned nor locked "
+                                      "keep provisional keys.")) -> None:
     """Show the layer DAG: one node per distinct layer image, its content key and who uses it."""
-    from .lock import lock_digests
+    from .bases import resolve
     spec = load_spec(file)
     names = select(spec, selectors, all_ or not selectors)
-    result = make_plan(spec, names, lock_digests(spec))
+    bases = resolve(spec, names, lookup="none" if offline else "site")
+    result = make_plan(spec, names, bases.digests)
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
         return
-    if result.unresolved:
-        typer.echo(f"note: digest not yet known for base(s) {', '.join(sorted(result.unresolved))}: "
-                   "their keys are provisional until `imgbuild lock` records them or `imgbuild build` resolves them")
+    for base, why in sorted(bases.unresolved.items()):
+        typer.echo(f"note: base {base}: {why}; its keys are provisional until `imgbuild lock` records its digest "
+                   "or `imgbuild build` resolves it")
     for name in names:
         stack = spec.stack(name)
         typer.echo(f"{name}  (base {stack.base.ref(spec.site)}; gpus {','.join(g.name for g in stack.gpus) or 'none'})")
@@ -190,8 +193,10 @@ def diff(targets: List[str] = typer.Argument(..., show_default=False,
          file: Path = FileOpt,
          as_json: bool = typer.Option(False, "--json", help="The comparison as JSON."),
          markdown: bool = typer.Option(False, "--markdown", help="Markdown for a merge request comment."),
-         registry: bool = typer.Option(False, "--registry", help="Spec diff: resolve mirrored bases and look new "
-                                                                 "keys up in the site registry (found: reused).")) -> None:
+         registry: bool = typer.Option(False, "--registry", help="Spec diff: look new keys up in the site "
+                                                                 "registry (found: reused)."),
+         offline: bool = typer.Option(False, "--offline", help="Spec diff: ask no registry, not even for mirrored "
+                                      "bases (their keys stay provisional).")) -> None:
     """What a change to stacks.yaml does to the layer images, or what differs between two built images.
     Exit 0 when equal, 1 when different, 2 on error (so that CI can gate on it)."""
     from .diffreport import render
@@ -211,7 +216,8 @@ def diff(targets: List[str] = typer.Argument(..., show_default=False,
             from .specdiff import diff_revisions
             if len(targets) > 2:
                 raise DiffError(f"a spec diff compares two revisions (or one with the working tree); {len(targets)} given")
-            result = diff_revisions(file, targets[0], targets[1] if len(targets) == 2 else None, registry=registry)
+            result = diff_revisions(file, targets[0], targets[1] if len(targets) == 2 else None, registry=registry,
+                                    offline=offline)
     except DiffError:
         raise
     except ImgbuildError as exc:

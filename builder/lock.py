@@ -12,17 +12,17 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
 import yaml
 
+from .bases import resolve
 from .engine import Engine
 from .errors import EngineError, ImgbuildError, SpecError
+from .lockfile import LOCK_VERSION, load_lock, lock_path
 from .spec import Spec
-
-LOCK_VERSION = 1
 
 # Runs inside the image; standard library only, Python >= 3.6. Prints one JSON object.
 PROBE = r'''
@@ -92,51 +92,6 @@ WRAPPER = ('for p in python3 python; do if command -v "$p" >/dev/null 2>&1; then
            '. /etc/os-release 2>/dev/null; printf \'{"os": "%s-%s"}\\n\' "${ID:-unknown}" "${VERSION_ID:-}"')
 
 
-@dataclass(frozen=True)
-class LockedBase:
-    image: str
-    digest: str
-    probed: str
-    facts: dict     # name -> str, or None: measured and not installed; a missing name was not measured
-
-
-@dataclass(frozen=True)
-class Lock:
-    file: str
-    bases: dict     # base name -> LockedBase
-
-
-def lock_path(spec_file: str | Path) -> Path:
-    spec_file = Path(spec_file)
-    return spec_file.with_name(spec_file.stem + ".lock.yaml")
-
-
-def load_lock(spec_file: str | Path) -> Lock | None:
-    path = lock_path(spec_file)
-    if not path.is_file():
-        return None
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if data.get("version") != LOCK_VERSION or not isinstance(data.get("bases"), dict):
-            raise ValueError(f"expected version: {LOCK_VERSION} and a bases mapping")
-        bases = {name: LockedBase(image=str(rec["image"]), digest=str(rec["digest"]), probed=str(rec["probed"]),
-                                  facts={k: None if v is None else str(v) for k, v in (rec.get("facts") or {}).items()})
-                 for name, rec in data["bases"].items()}
-    except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise SpecError(f"not a lock file imgbuild wrote: {exc}", file=str(path),
-                        hint="delete it and run imgbuild lock again") from None
-    return Lock(file=str(path), bases=bases)
-
-
-def lock_digests(spec: Spec) -> dict:
-    """Base name -> digest recorded in the lock file, for bases whose image reference is unchanged."""
-    locked = load_lock(spec.file)
-    if not locked:
-        return {}
-    return {name: rec.digest for name, rec in locked.bases.items()
-            if name in spec.bases and rec.image == spec.bases[name].ref(spec.site)}
-
-
 def probe(engine: Engine, ref: str) -> dict:
     """Measure an image: {fact: value or None}. Facts it could not measure are left out."""
     res = engine.run_container(ref, ["sh", "-c", WRAPPER], input=PROBE, timeout=600)
@@ -150,7 +105,6 @@ def probe(engine: Engine, ref: str) -> dict:
 def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None]) -> tuple[Path, list[ImgbuildError]]:
     """Resolve and probe each named base, then write the lock file (atomically; entries of other bases
     kept). Returns the path and the failures (a base that failed keeps its previous entry, if any)."""
-    from .build import resolve_bases
     old = load_lock(spec.file)
     entries = {name: asdict(rec) for name, rec in (old.bases if old else {}).items()}
     failures: list[ImgbuildError] = []
@@ -159,7 +113,7 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
         users = [s for s, st in spec.stacks.items() if st.base.name == name]
         ref = base.ref(spec.site)
         try:
-            digest = resolve_bases(spec, users[:1], use_lock=False)[name] if users else base.digest
+            digest = resolve(spec, users[:1], use_lock=False).require()[name] if users else base.digest
             if not digest:
                 raise SpecError(f"base {name!r} is used by no stack and declares no digest; nothing to resolve")
             facts = probe(engine, f"{ref}@{digest}")

@@ -21,7 +21,7 @@ from .errors import PreflightError
 from .facts import ORIGINS, Fact, StackFacts, major_minor, resolve
 from .findings import Finding, errors, ordered, strict as make_strict
 from .lint import ARCH_VARIANT, lint_spec
-from .lock import load_lock
+from .lockfile import load_lock
 from .spec import LayerDef, Spec, Stack
 from .yamlsrc import dotted
 

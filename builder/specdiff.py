@@ -18,10 +18,11 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .bases import resolve
 from .errors import DiffError, ImgbuildError
 from .params import GitPin, WheelPin
 from .plan import Node, Plan, image_ref, make_plan
-from .registry import Ref, Registry
+from .registry import Registry
 from .render import CudaTargets
 from .spec import LayerDef, Spec, Stack, load_spec
 
@@ -125,7 +126,7 @@ def _extract(archive: bytes, dest: Path) -> None:
 
 
 def _load_revision(file: Path, rev: str, dest: Path) -> tuple[Path, str]:
-    """Write the revision's stacks file, layers/ and Dockerfile.j2 under dest: (stacks file, label)."""
+    """Write the revision's stacks file, its lock file, layers/ and Dockerfile.j2 under dest: (stacks file, label)."""
     folder = file.absolute().parent
     if not folder.is_dir():
         raise DiffError(f"{file}: no such folder")
@@ -134,7 +135,8 @@ def _load_revision(file: Path, rev: str, dest: Path) -> tuple[Path, str]:
     top_dir, prefix = Path(top), prefix.strip()
     commit = _git(top_dir, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}",
                   error=f"{rev!r} is not a revision of {top_dir}").decode().strip()
-    wanted = [prefix + file.name, prefix + "layers", prefix + "Dockerfile.j2"]
+    lock_name = file.stem + ".lock.yaml"   # the revision's own lock pins its bases, as plan and build read it
+    wanted = [prefix + file.name, prefix + "layers", prefix + "Dockerfile.j2", prefix + lock_name]
     present = _git(top_dir, "ls-tree", "--name-only", commit, "--", *wanted,
                    error=f"cannot list {rev}").decode().splitlines()
     if wanted[0] not in present:
@@ -155,21 +157,11 @@ def _reported(label: str, tmp: Path | None, fn, *args):
         raise DiffError(f"{label}: {exc.label}: {message}", hint=exc.hint) from None
 
 
-def _plan(spec: Spec, label: str, reg: Registry | None) -> _Side:
-    return _Side(label, spec, make_plan(spec, digests=_mirrored_digests(spec, reg) if reg else {}))
-
-
-def _mirrored_digests(spec: Spec, reg: Registry) -> dict:
-    """Digests of the bases kept in the site registry that declare none (a mirrored Debian): the
-    digest a build would resolve, so that keys match the images really in the registry."""
-    digests = {}
-    for base in spec.bases.values():
-        ref = Ref.parse(base.ref(spec.site))
-        if not base.digest and ref.registry == reg.host:
-            digest = reg.manifest_digest(ref.repo, ref.reference)
-            if digest:
-                digests[base.name] = digest
-    return digests
+def _plan(spec: Spec, label: str, reg: Registry | None, lookup: str) -> _Side:
+    # The one resolver that plan and build use: declared, then the revision's own lock file, then the
+    # site registry (where mirrored bases live), so that diff names the keys a build would compute.
+    digests = resolve(spec, lookup=lookup, registry=(lambda host: reg) if reg else Registry).digests
+    return _Side(label, spec, make_plan(spec, digests=digests))
 
 
 # -- comparing ------------------------------------------------------------------------------------
@@ -384,9 +376,11 @@ def _notes(old: _Side, new: _Side, registry: bool) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def diff_revisions(file: str | Path, old_rev: str, new_rev: str | None = None, registry: bool = False) -> SpecDiff:
-    """Compare the stacks file at old_rev with new_rev (None: the working tree). With registry, bases
-    mirrored in the site registry are resolved there and new keys found there count as reused."""
+def diff_revisions(file: str | Path, old_rev: str, new_rev: str | None = None, registry: bool = False,
+                   offline: bool = False) -> SpecDiff:
+    """Compare the stacks file at old_rev with new_rev (None: the working tree). Bases mirrored in the
+    site registry are resolved there (as plan and build do) unless offline; with registry, new keys
+    found there count as reused."""
     file = Path(file)
     with tempfile.TemporaryDirectory(prefix="imgbuild-diff-") as tmp:
         old_dir, new_dir = Path(tmp, "old"), Path(tmp, "new")
@@ -400,8 +394,9 @@ def diff_revisions(file: str | Path, old_rev: str, new_rev: str | None = None, r
         old_spec = _reported(old_label, old_dir, load_spec, old_file)
         new_spec = _reported(new_label, new_dir, load_spec, new_file)
         reg = Registry(new_spec.site.registry) if registry else None
-        old = _reported(old_label, old_dir, _plan, old_spec, old_label, reg)
-        new = _reported(new_label, new_dir, _plan, new_spec, new_label, reg)
+        lookup = "none" if offline else "site"
+        old = _reported(old_label, old_dir, _plan, old_spec, old_label, reg, lookup)
+        new = _reported(new_label, new_dir, _plan, new_spec, new_label, reg, lookup)
         names = list(new_spec.stacks) + [s for s in old_spec.stacks if s not in new_spec.stacks]
         stacks = tuple(_reported("registry", None, _stack_diff, name, old, new, reg) for name in names)
         return SpecDiff(old=old_label, new=new_label, file=str(file), stacks=stacks,

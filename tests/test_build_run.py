@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import builder.build as build_mod
+from builder.bases import Resolved
 from builder.build import Builder
 from builder.checks import CheckResult
 from builder.hostconf import HostConf
@@ -399,7 +400,7 @@ def test_release_reads_the_registry_and_refuses_an_unbuilt_stack(world, tmp_path
     reg, engine, builder = world
     spec = spec_for(tmp_path, "good")
     monkeypatch.setattr(build_mod, "Registry", lambda host: reg)
-    monkeypatch.setattr(build_mod, "resolve_bases", lambda spec, stacks: BASE)
+    monkeypatch.setattr(build_mod, "resolve", lambda spec, stacks: Resolved(digests=BASE))
     with pytest.raises(PublishError, match="is not in the registry"):
         build_mod.release(spec, ["cpu-smoke"], lambda line: None, date="2026.12.01")
     assert reg.release_puts() == []

@@ -243,24 +243,3 @@ def test_an_index_url_secret_lives_in_a_private_file_only_during_the_build(monke
         assert path.stat().st_mode & 0o077 == 0
     assert not path.exists()
     assert "tok3n" not in repr(secrets)
-
-
-def test_a_locked_digest_pins_the_base_for_plan_and_build(tmp_path):
-    """stacks.lock.yaml (written by `imgbuild lock`) decides the base digest before any registry lookup."""
-    import shutil
-    import yaml
-    from builder.build import resolve_bases
-    from builder.lock import lock_digests
-    from builder.plan import make_plan
-    from builder.spec import load_spec
-    root = Path(__file__).resolve().parent.parent
-    shutil.copy2(root / "stacks.yaml", tmp_path / "stacks.yaml")
-    digest = "sha256:" + "ab" * 32
-    (tmp_path / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {"debian-bookworm": {
-        "image": "127.0.0.1:5000/mirror/debian:bookworm", "digest": digest, "probed": "2026-11-29T00:00:00Z",
-        "facts": {"python": None}}}}))
-    spec = load_spec(tmp_path / "stacks.yaml", root=root)
-    assert lock_digests(spec) == {"debian-bookworm": digest}
-    assert resolve_bases(spec, ["cpu-smoke"]) == {"debian-bookworm": digest}   # no registry asked
-    plan = make_plan(spec, ["cpu-smoke"], lock_digests(spec))
-    assert not plan.unresolved and plan.chain("cpu-smoke")[0].inputs["parent"].endswith("@" + digest)

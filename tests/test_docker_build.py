@@ -173,11 +173,11 @@ def interrupted_build(work: Path, name: str, packages: list[str], when: str, sig
 
 def project_key(work: Path, path: Path) -> str:
     """The project layer's key exactly as `build` computes it (bases resolved in the registry)."""
-    from builder.build import resolve_bases
+    from builder.bases import resolve
     from builder.plan import make_plan
     from builder.spec import load_spec
     spec = load_spec(path)
-    return make_plan(spec, ["cpu-smoke"], resolve_bases(spec, ["cpu-smoke"])).top("cpu-smoke").short
+    return make_plan(spec, ["cpu-smoke"], resolve(spec, ["cpu-smoke"]).require()).top("cpu-smoke").short
 
 
 def assert_next_run_builds_only_the_project(work: Path, path: Path, before: str) -> None:

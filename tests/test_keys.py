@@ -315,7 +315,7 @@ def test_keys_are_stable_across_processes(repo_root):
 
 
 def test_plan_json_lists_each_node_once(repo_root):
-    res = run_cli("plan", "--all", "--json", "-f", repo_root / "stacks.yaml")
+    res = run_cli("plan", "--all", "--json", "--offline", "-f", repo_root / "stacks.yaml")
     assert res.code == 0, res.output
     doc = json.loads(res.out)
     nodes = doc["nodes"]

@@ -1,0 +1,77 @@
+"""Which digest each base image resolves to: the one resolver that plan, build, diff, lock and the
+benchmarks share, so that they compute one content key for one set of inputs.
+
+Order of trust: a digest declared in stacks.yaml, then the digest `imgbuild lock` recorded for the same
+image reference (stacks.lock.yaml), then the registry's answer now. Never guessed: a base that none of
+them answers stays unresolved, with the reason; its keys are provisional (plan says so), and build,
+which must know, refuses.
+
+How far a caller may look: "all" asks whichever registry the base names (build, lock); "site" asks
+only the site's own registry, where mirrored bases live (plan, diff: cheap, and no wait on a public
+registry that is not reachable); "none" asks nobody.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from .errors import RegistryError
+from .lockfile import lock_digests
+from .registry import Ref, Registry
+from .spec import Spec
+
+LOOKUPS = ("all", "site", "none")
+
+
+@dataclass
+class Resolved:
+    digests: dict = field(default_factory=dict)      # base name -> sha256 digest
+    origins: dict = field(default_factory=dict)      # base name -> declared | lock | registry
+    unresolved: dict = field(default_factory=dict)   # base name -> why no digest is known
+
+    def require(self) -> dict:
+        """The digests, or a RegistryError naming the first base that has none (for build and lock)."""
+        for name, why in self.unresolved.items():
+            raise RegistryError(f"cannot resolve base {name!r}: {why}",
+                                hint="mirror it into the site registry, run `imgbuild lock`, or record its digest "
+                                     f"under bases.{name}.digest")
+        return self.digests
+
+
+def resolve(spec: Spec, stacks: Iterable[str] | None = None, *, lookup: str = "all", use_lock: bool = True,
+            registry: Callable[[str], Registry] = Registry) -> Resolved:
+    """Digests of the bases used by `stacks` (every base when None). `registry` makes a client for a
+    host (tests pass an in-memory one)."""
+    assert lookup in LOOKUPS, lookup
+    names = sorted({spec.stack(s).base.name for s in stacks} if stacks is not None else set(spec.bases))
+    locked = lock_digests(spec) if use_lock else {}
+    out = Resolved()
+    clients: dict = {}
+    for name in names:
+        base = spec.bases[name]
+        if base.digest:
+            out.digests[name], out.origins[name] = base.digest, "declared"
+            continue
+        if name in locked:
+            out.digests[name], out.origins[name] = locked[name], "lock"
+            continue
+        ref = Ref.parse(base.ref(spec.site))
+        if lookup == "none" or lookup == "site" and ref.registry != spec.site.registry:
+            out.unresolved[name] = (f"{ref} is neither pinned by digest nor locked"
+                                    + ("" if lookup == "none" else " (only the site registry is asked here)"))
+            continue
+        try:
+            client = clients.setdefault(ref.registry, registry(ref.registry))
+            digest = client.manifest_digest(ref.repo, ref.reference)
+        except RegistryError as exc:
+            out.unresolved[name] = f"{ref}: {exc.message}"
+            continue
+        if not digest:
+            out.unresolved[name] = f"{ref} is not in the registry (scripts/setup-host.sh seeds the mirrored Debian base)"
+            continue
+        out.digests[name], out.origins[name] = digest, "registry"
+    return out
+
+
+__all__ = ["resolve", "Resolved", "LOOKUPS"]

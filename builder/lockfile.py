@@ -1,0 +1,65 @@
+"""stacks.lock.yaml: what each base resolved to (its digest) and what `imgbuild lock` measured inside it.
+
+Only reading lives here (plan, preflight and the base resolver read it without an engine); probing
+and writing are `builder.lock`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .errors import SpecError
+from .spec import Spec
+
+LOCK_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LockedBase:
+    image: str
+    digest: str
+    probed: str
+    facts: dict     # name -> str, or None: measured and not installed; a missing name was not measured
+
+
+@dataclass(frozen=True)
+class Lock:
+    file: str
+    bases: dict     # base name -> LockedBase
+
+
+def lock_path(spec_file: str | Path) -> Path:
+    spec_file = Path(spec_file)
+    return spec_file.with_name(spec_file.stem + ".lock.yaml")
+
+
+def load_lock(spec_file: str | Path) -> Lock | None:
+    path = lock_path(spec_file)
+    if not path.is_file():
+        return None
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if data.get("version") != LOCK_VERSION or not isinstance(data.get("bases"), dict):
+            raise ValueError(f"expected version: {LOCK_VERSION} and a bases mapping")
+        bases = {name: LockedBase(image=str(rec["image"]), digest=str(rec["digest"]), probed=str(rec["probed"]),
+                                  facts={k: None if v is None else str(v) for k, v in (rec.get("facts") or {}).items()})
+                 for name, rec in data["bases"].items()}
+    except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise SpecError(f"not a lock file imgbuild wrote: {exc}", file=str(path),
+                        hint="delete it and run imgbuild lock again") from None
+    return Lock(file=str(path), bases=bases)
+
+
+def lock_digests(spec: Spec) -> dict:
+    """Base name -> digest recorded in the lock file, for bases whose image reference is unchanged."""
+    locked = load_lock(spec.file)
+    if not locked:
+        return {}
+    return {name: rec.digest for name, rec in locked.bases.items()
+            if name in spec.bases and rec.image == spec.bases[name].ref(spec.site)}
+
+
+__all__ = ["Lock", "LockedBase", "LOCK_VERSION", "load_lock", "lock_digests", "lock_path"]
