@@ -24,7 +24,7 @@ from .errors import ImgbuildError, RegistryError, SpecError, ValidationFailed
 from .hostconf import HostConf
 from .manifest import build_manifest, fetch_manifest, push_manifest, verdict
 from .plan import KEY_LEN, Node, Plan, image_ref, layer_repo, make_plan, sha256
-from .preflight import gate
+from .review import gate
 from .publish import promote
 from .registry import Registry
 from .sources import export

@@ -63,24 +63,17 @@ def select(spec: Spec, selectors: Optional[List[str]], all_: bool) -> list[str]:
 def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
           strict: bool = typer.Option(False, "--strict", help="Warnings are errors too.")) -> None:
     """Validate stacks.yaml, render the selected stacks, run preflight and lint (no Docker needed)."""
-    from .findings import errors, ordered, strict as make_strict, summary
-    from .lint import lint_rendered, lint_spec
-    from .lockfile import load_lock
-    from .preflight import preflight
+    from .review import review
     spec = load_spec(file)
     names = select(spec, selectors, all_ or not selectors)
-    plan = make_plan(spec, names)
-    lock = load_lock(spec.file)
-    linted = lint_spec(spec, names) + lint_rendered(spec, plan)
-    found = ordered(preflight(spec, names, lock, strict) + (make_strict(linted) if strict else linted))
-    for finding in found:
+    result = review(spec, names, strict)
+    for finding in result.findings:
         typer.echo(finding.render())
-    facts = f"measured facts from {lock.file}" if lock else "no lock file: facts declared or from the catalog"
-    if errors(found):
-        raise PreflightError(f"{file}: {summary(found)} in {len(names)} stack(s) ({facts})",
+    if result.errors():
+        raise PreflightError(f"{file}: {result.summary} in {len(names)} stack(s) ({result.facts})",
                              hint="each finding names its key, rule and fact; --strict also fails on warnings")
-    typer.echo(f"ok: {file}: {len(names)} stack(s), {len(plan.nodes)} layer node(s) rendered; preflight and lint: "
-               f"{summary(found)} ({facts})")
+    typer.echo(f"ok: {file}: {len(names)} stack(s), {result.nodes} layer node(s) rendered; preflight and lint: "
+               f"{result.summary} ({result.facts})")
 
 
 @app.command()
@@ -231,12 +224,14 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
          strict: bool = typer.Option(False, "--strict", help="Warnings are errors too.")) -> None:
     """Lint a stacks file (its values and every rendered Dockerfile) or hand-written Dockerfiles."""
     from .findings import errors, ordered, strict as make_strict, summary
-    from .lint import dockerfiles_in, lint_dockerfile, lint_rendered, lint_spec
+    from .lint import dockerfiles_in, lint_dockerfile
+    from .review import review
     found, count = [], 0
     for path in paths:
         if path.suffix in (".yaml", ".yml"):
+            # A stacks file gets the same review as `check` (preflight included): one judgement, everywhere.
             spec = load_spec(path)
-            found += lint_spec(spec, list(spec.stacks)) + lint_rendered(spec, make_plan(spec))
+            found += review(spec, list(spec.stacks)).findings
             count += 1
             continue
         for dockerfile in dockerfiles_in(path):

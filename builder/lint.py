@@ -522,13 +522,14 @@ def lint_dockerfile(text: str, file: str, base_cuda: Version | None = None,
 
 # -- the spec and imgbuild's own rendered Dockerfiles -----------------------------------------------
 
-def lint_spec(spec: Spec, stacks: Iterable[str]) -> list[Finding]:
+def lint_spec(spec: Spec, stacks: Iterable[str], lock=None) -> list[Finding]:
     """Spec values: credentials (IB110), environment that sets arch lists other than the stack's gpus
-    (IB105), turns off the torch constraint (IB109), or *-cuXX pins for another CUDA (IB108)."""
+    (IB105), turns off the torch constraint (IB109), or *-cuXX pins for another CUDA (IB108). lock: the
+    measured facts preflight uses (builder.review passes the same)."""
     out = []
     for name in stacks:
         stack = spec.stack(name)
-        sf = resolve(spec, stack)
+        sf = resolve(spec, stack, lock)
         cuda = sf.version("cuda")
 
         def add(rule_id: str, severity: str, key: tuple, message: str, fix: str) -> None:
@@ -579,13 +580,13 @@ def _strings(value, key: tuple) -> Iterator[tuple[tuple, str]]:
             yield from _strings(getattr(value, f), key + (f,))
 
 
-def lint_rendered(spec: Spec, plan) -> list[Finding]:
+def lint_rendered(spec: Spec, plan, lock=None) -> list[Finding]:
     """imgbuild's own Dockerfiles, each distinct node once; a finding points at the layer in stacks.yaml
     (the Dockerfile is not a file a site edits) and names the rendered line."""
     out = []
     for node in plan.nodes.values():
         stack = spec.stack(plan.users[node.key][0])
-        sf = resolve(spec, stack)
+        sf = resolve(spec, stack, lock)
         torch = sf.get("torch")
         has_torch = torch is not None and torch.value is not None
         for f in lint_dockerfile(node.dockerfile, node.name, sf.version("cuda"), has_torch):

@@ -17,10 +17,9 @@ from packaging.version import Version
 
 from . import catalog
 from .catalog import Known, driver_tuple
-from .errors import PreflightError
 from .facts import ORIGINS, Fact, StackFacts, major_minor, resolve
-from .findings import Finding, errors, ordered, strict as make_strict
-from .lint import ARCH_VARIANT, lint_spec
+from .findings import Finding, ordered, strict as make_strict
+from .lint import ARCH_VARIANT
 from .lockfile import load_lock
 from .spec import LayerDef, Spec, Stack
 from .yamlsrc import dotted
@@ -509,18 +508,3 @@ def preflight(spec: Spec, stacks: Iterable[str], lock=None, strict: bool = False
         for r in RULES:
             out.extend(r.check(ctx))
     return ordered(make_strict(out) if strict else out)
-
-
-def gate(spec: Spec, stacks: list[str], say: Callable[[str], None], strict: bool = False) -> list[Finding]:
-    """Before a build: preflight and the spec's lint; prints what it found, refuses on any error."""
-    found = ordered(preflight(spec, stacks, strict=strict) + (make_strict(lint_spec(spec, stacks)) if strict
-                                                              else lint_spec(spec, stacks)))
-    for f in found:
-        say(f.render())
-    bad = errors(found)
-    if bad:
-        names = sorted({f.stack for f in bad if f.stack})
-        stacks_ = f" (stacks: {', '.join(names)})" if names else ""
-        raise PreflightError(f"{len(bad)} error(s) found before building{stacks_}; nothing was built",
-                             hint="the findings above name the key, the rule and the fact")
-    return found
