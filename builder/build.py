@@ -23,7 +23,8 @@ from .engine import BuildRequest, Engine
 from .errors import ImgbuildError, RegistryError, SpecError, ValidationFailed
 from .hostconf import HostConf
 from .manifest import build_manifest, fetch_manifest, push_manifest, verdict
-from .plan import KEY_LEN, Node, Plan, image_ref, layer_repo, make_plan, sha256
+from .layout import layer_repo
+from .plan import KEY_LEN, Node, Plan, image_ref, make_plan, sha256
 from .review import gate
 from .publish import promote
 from .registry import Registry
@@ -122,7 +123,7 @@ class Builder:
         self.run_dir.mkdir(parents=True, exist_ok=True)
 
     def repo(self, node: Node) -> str:
-        return layer_repo(self.spec, node.name)
+        return layer_repo(self.spec.site.namespace, node.name)
 
     def lookup(self, node: Node) -> tuple[str, str | None, str | None]:
         """(action, digest, why): reuse an image whose stored manifest proves it passed this node's checks,
@@ -325,7 +326,7 @@ def validate(spec: Spec, stacks: list[str], images: list[str], say: Say, docker:
         plan = make_plan(spec, stacks, resolve(spec, stacks).require())
         for name in stacks:
             node = plan.top(name)
-            repo = layer_repo(spec, node.name)
+            repo = layer_repo(spec.site.namespace, node.name)
             digest = registry.manifest_digest(repo, node.short)
             if not digest:
                 raise ValidationFailed(f"stack {name!r}: its image {image_ref(spec, node)} is not in the registry",

@@ -18,6 +18,7 @@ from typing import Callable
 from packaging.version import InvalidVersion, Version
 
 from .errors import DiffError
+from .layout import layer_of_release, release_repo
 from .manifest import VOLATILE_ENV, fetch_manifest
 from .plan import PLATFORM
 from .registry import Ref, Registry
@@ -187,7 +188,7 @@ def resolve(text: str, site: Site | None) -> Ref:
         stack, _, tag = text.partition("@")
         if site is None or not stack or not tag:
             raise DiffError(f"cannot read {text!r} as STACK@TAG")
-        repo = f"{site.registry}/{site.namespace}/{stack}"
+        repo = f"{site.registry}/{release_repo(site.namespace, stack)}"
         return Ref.parse(f"{repo}@{tag}" if tag.startswith("sha256:") else f"{repo}:{tag}")
     return Ref.parse(text)
 
@@ -218,8 +219,8 @@ def _recorded(reg: Registry, repo: str, digest: str, image_digest: str, config: 
     """The stored manifest: beside the image, or, for a release tag, beside its layer image
     (NAMESPACE/STACK is a copy of NAMESPACE/layers/LAYER, whose repository holds the artifact)."""
     layer = ((config.get("config") or {}).get("Labels") or {}).get("io.imgbuild.layer")
-    namespace = repo.rsplit("/", 1)[0] if "/" in repo else ""
-    repos = [repo] + ([f"{namespace}/layers/{layer}"] if layer and namespace and not namespace.endswith("/layers") else [])
+    copied = layer_of_release(repo, layer) if layer else None
+    repos = [repo] + ([copied] if copied else [])
     for where in dict.fromkeys(repos):
         for d in dict.fromkeys((digest, image_digest)):
             found = fetch_manifest(reg, where, d)

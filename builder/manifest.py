@@ -15,6 +15,7 @@ from dataclasses import asdict
 from . import __version__
 from .checks import CheckResult, parse_ds_report
 from .errors import ValidationFailed
+from .layout import artifact_tag
 from .registry import Registry
 
 SCHEMA = "imgbuild.manifest/v1"
@@ -68,10 +69,6 @@ def build_manifest(node, facts: dict, results: list[CheckResult], image_digest: 
         "env": {k: v for k, v in sorted(facts.get("env", {}).items()) if k not in VOLATILE_ENV},
         "ds_report_ops": parse_ds_report(ds["out"]) if ds and ds.get("rc") == 0 else None,
     }
-
-
-def artifact_tag(image_digest: str) -> str:
-    return image_digest.replace(":", "-") + ".imgbuild"
 
 
 def verdict(recorded: dict | None, node, digest: str, gpu: bool = False) -> str | None:

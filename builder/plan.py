@@ -16,6 +16,7 @@ from typing import Iterable
 
 from . import __version__
 from .kinds import CheckSpec
+from .layout import layer_repo
 from .params import GitPin, WheelPin
 from .render import CudaTargets, render_layer
 from .spec import LayerDef, Spec, Stack
@@ -92,19 +93,9 @@ class Plan:
         }
 
 
-def layer_repo(spec: Spec, name: str) -> str:
-    """The repository of a layer's images (tagged by content key), within the site's registry."""
-    return f"{spec.site.namespace}/layers/{name}"
-
-
-def release_repo(spec: Spec, stack: str) -> str:
-    """The repository of a stack's release tags, within the site's registry."""
-    return f"{spec.site.namespace}/{stack}"
-
-
 def image_ref(spec: Spec, node: Node) -> str:
     """Where a node's image lives in the registry: one repository per layer name, tagged by key."""
-    return f"{spec.site.registry}/{layer_repo(spec, node.name)}:{node.short}"
+    return f"{spec.site.registry}/{layer_repo(spec.site.namespace, node.name)}:{node.short}"
 
 
 def plain(value):

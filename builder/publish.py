@@ -13,7 +13,8 @@ from typing import Callable
 
 from .errors import ImgbuildError
 from .manifest import fetch_manifest, verdict
-from .plan import Plan, layer_repo, release_repo
+from .layout import layer_repo, release_repo
+from .plan import Plan
 from .registry import Registry
 from .spec import Spec
 
@@ -54,7 +55,7 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
     tops: dict = {}   # stack -> (repo, digest, recorded manifest)
     for name in stacks:
         for node in plan.chain(name):
-            repo = layer_repo(spec, node.name)
+            repo = layer_repo(spec.site.namespace, node.name)
             digest = reg.manifest_digest(repo, node.short)
             if not digest:
                 problems.append(f"{name}: {node.name} ({node.short[:12]}) is not in the registry")
@@ -80,7 +81,7 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
         if not found:
             raise PublishError(f"{src_repo}@{digest} vanished from the registry; no tag was moved")
         manifest, media_type, _ = found
-        dst_repo = release_repo(spec, name)
+        dst_repo = release_repo(spec.site.namespace, name)
         # Make every blob available in the release repository before any tag points there.
         for blob in [manifest["config"]] + manifest.get("layers", []):
             reg.mount_blob(dst_repo, blob["digest"], src_repo)

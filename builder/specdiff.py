@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .bases import resolve
 from .errors import DiffError, ImgbuildError
+from .layout import layer_repo, release_repo
 from .params import GitPin, WheelPin
 from .plan import Node, Plan, image_ref, make_plan
 from .registry import Registry
@@ -305,13 +306,14 @@ def _pairs(old: list[Node], new: list[Node]) -> tuple[list[tuple[Node | None, No
 def _action(node: Node, old: _Side, new: _Side, reg: Registry | None) -> tuple[str, str]:
     if node.key in old.plan.nodes:
         return "reuse", f"same key as at {old.label}"
-    if reg and reg.manifest_digest(f"{new.spec.site.namespace}/layers/{node.name}", node.short):
+    if reg and reg.manifest_digest(layer_repo(new.spec.site.namespace, node.name), node.short):
         return "reuse", "already in the registry"
     return "build", ""
 
 
 def _tags(spec: Spec, stack: str, templates) -> tuple[str, ...]:
-    return tuple(f"{spec.site.registry}/{spec.site.namespace}/{stack}:{t.replace('{stack}', stack)}" for t in templates)
+    repo = release_repo(spec.site.namespace, stack)
+    return tuple(f"{spec.site.registry}/{repo}:{t.replace('{stack}', stack)}" for t in templates)
 
 
 def _stack_diff(name: str, old: _Side, new: _Side, reg: Registry | None) -> StackDiff:

@@ -19,8 +19,9 @@ from builder.bases import Resolved
 from builder.build import Builder
 from builder.checks import CheckResult
 from builder.hostconf import HostConf
-from builder.manifest import artifact_tag, build_manifest, fetch_manifest, verdict
-from builder.plan import layer_repo, make_plan, release_repo
+from builder.layout import artifact_tag, layer_repo, release_repo
+from builder.manifest import build_manifest, fetch_manifest, verdict
+from builder.plan import make_plan
 from builder.publish import PublishError, promote
 from builder.spec import load_spec
 
@@ -178,7 +179,7 @@ def run(builder, spec):
 
 
 def released(reg: MemRegistry, spec) -> dict:
-    return {t: reg.manifest_digest(release_repo(spec, "cpu-smoke"), t) for t in TAGS}
+    return {t: reg.manifest_digest(release_repo(spec.site.namespace, "cpu-smoke"), t) for t in TAGS}
 
 
 def test_a_fresh_build_validates_stores_and_releases(world, tmp_path):
@@ -187,11 +188,11 @@ def test_a_fresh_build_validates_stores_and_releases(world, tmp_path):
     report, plan = run(builder, spec)
     assert report.ok, report.error
     assert engine.built == [n.name for n in plan.chain("cpu-smoke")]
-    assert set(released(reg, spec).values()) == {reg.manifest_digest(layer_repo(spec, plan.top("cpu-smoke").name),
+    assert set(released(reg, spec).values()) == {reg.manifest_digest(layer_repo(spec.site.namespace, plan.top("cpu-smoke").name),
                                                                       plan.top("cpu-smoke").short)}
     for node in plan.chain("cpu-smoke"):
-        digest = reg.manifest_digest(layer_repo(spec, node.name), node.short)
-        recorded = fetch_manifest(reg, layer_repo(spec, node.name), digest)
+        digest = reg.manifest_digest(layer_repo(spec.site.namespace, node.name), node.short)
+        recorded = fetch_manifest(reg, layer_repo(spec.site.namespace, node.name), digest)
         assert recorded["outcome"] == "passed" and verdict(recorded, node, digest) is None
     # A second run reuses everything and builds or validates nothing.
     engine.built.clear(), engine.validated.clear()
@@ -264,7 +265,7 @@ def test_a_node_failing_after_its_parent_was_reused(world, tmp_path):
         assert acts == {"cpu-torch-2.13": ("reuse", "passed"), "ds-0.19.8-cpu": ("reuse", "passed"),
                         "cpu-env": ("reuse", "passed"), "smoke-train": ("build", "failed")}
         top = plan.top("cpu-smoke")
-        assert reg.manifest_digest(layer_repo(changed, top.name), top.short) is None
+        assert reg.manifest_digest(layer_repo(changed.site.namespace, top.name), top.short) is None
         assert released(reg, good) == before and not report.ok
     assert engine.built == ["smoke-train"] * 3
 
@@ -275,9 +276,9 @@ def test_promote_refuses_when_any_node_of_any_stack_lacks_proof(world, tmp_path)
     spec = spec_for(tmp_path, "good")
     report, plan = run(builder, spec)
     before = released(reg, spec)
-    digests = {k: reg.manifest_digest(layer_repo(spec, n.name), n.short) for k, n in plan.nodes.items()}
+    digests = {k: reg.manifest_digest(layer_repo(spec.site.namespace, n.name), n.short) for k, n in plan.nodes.items()}
     ds = next(n for n in plan.chain("cpu-smoke") if n.name == "ds-0.19.8-cpu")
-    repo = layer_repo(spec, ds.name)
+    repo = layer_repo(spec.site.namespace, ds.name)
     good_record = reg.manifests[(repo, artifact_tag(digests[ds.key]))]
 
     def poison(status: str):
@@ -330,7 +331,7 @@ def test_one_failed_stack_blocks_every_stack_in_the_promotion(world, tmp_path):
     plan = make_plan(spec, ["cpu-smoke", "cpu-twin"], BASE)
     assert builder(spec).run(plan, ["cpu-smoke", "cpu-twin"], "2026.12.01").ok
     top = plan.top("cpu-smoke")
-    repo = layer_repo(spec, top.name)
+    repo = layer_repo(spec.site.namespace, top.name)
     digest = reg.manifest_digest(repo, top.short)
     reg.manifests.pop((repo, artifact_tag(digest)))       # the stored proof of one node is gone
     puts = len(reg.release_puts())
@@ -356,7 +357,7 @@ def test_record_never_stores_a_failure_in_the_registry(world, tmp_path):
     from builder.errors import ValidationFailed
     from builder.manifest import push_manifest
     with pytest.raises(ValidationFailed, match="refusing to store a manifest with failed checks"):
-        push_manifest(reg, layer_repo(spec, node.name), manifest)
+        push_manifest(reg, layer_repo(spec.site.namespace, node.name), manifest)
     assert reg.puts == []
 
 

@@ -243,3 +243,12 @@ def test_an_index_url_secret_lives_in_a_private_file_only_during_the_build(monke
         assert path.stat().st_mode & 0o077 == 0
     assert not path.exists()
     assert "tok3n" not in repr(secrets)
+
+
+def test_every_check_type_a_kind_may_name_has_a_judge_and_no_judge_is_unreachable():
+    """kinds.CHECK_TYPES (checked when kind.yaml loads) and the judges (checks/__init__) are two tables;
+    this keeps them one: a type added to one side only fails here, not after an hour of building."""
+    from builder.checks import JUDGES, SNIPPETS
+    from builder.kinds import CHECK_TYPES
+    assert set(CHECK_TYPES) == set(JUDGES) | set(SNIPPETS)
+    assert not set(JUDGES) & set(SNIPPETS)

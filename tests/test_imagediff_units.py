@@ -13,7 +13,8 @@ import pytest
 from builder.diffreport import render
 from builder.errors import DiffError
 from builder.imagediff import compare, diff_images, direction, dpkg_compare, resolve
-from builder.manifest import ARTIFACT_TYPE, OCI_MANIFEST, artifact_tag
+from builder.layout import artifact_tag
+from builder.manifest import ARTIFACT_TYPE, OCI_MANIFEST
 from builder.spec import Site
 
 DOCKER_V2 = "application/vnd.docker.distribution.manifest.v2+json"

@@ -1,0 +1,35 @@
+"""Where imgbuild keeps things in a registry: the one owner of the layout, so no module spells it.
+
+    NAMESPACE/layers/LAYER:KEY                   a layer image, tagged by its content key
+    NAMESPACE/layers/LAYER:sha256-HEX.imgbuild   the measured manifest of that image (an OCI artifact)
+    NAMESPACE/STACK:TAG                          a stack's release tags (copies of its top layer image)
+"""
+
+from __future__ import annotations
+
+LAYERS = "layers"
+
+
+def layer_repo(namespace: str, layer: str) -> str:
+    return f"{namespace}/{LAYERS}/{layer}"
+
+
+def release_repo(namespace: str, stack: str) -> str:
+    return f"{namespace}/{stack}"
+
+
+def artifact_tag(image_digest: str) -> str:
+    """The tag of the manifest artifact stored beside an image."""
+    return image_digest.replace(":", "-") + ".imgbuild"
+
+
+def layer_of_release(repo: str, layer: str) -> str | None:
+    """For a release repository (NAMESPACE/STACK), the repository of the layer image it copies; None
+    when repo already is a layer repository."""
+    namespace = repo.rsplit("/", 1)[0] if "/" in repo else ""
+    if not namespace or namespace.endswith("/" + LAYERS):
+        return None
+    return layer_repo(namespace, layer)
+
+
+__all__ = ["layer_repo", "release_repo", "artifact_tag", "layer_of_release"]
