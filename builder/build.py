@@ -263,7 +263,8 @@ class Builder:
     def record(self, node: Node, facts: dict, results, digest: str | None, labels: dict) -> dict:
         """Keep the measured manifest in the run folder; store it beside the image in the registry only
         when every check passed. A failure is never written where `lookup` and `promote` read."""
-        manifest = build_manifest(node, facts, results, digest, labels, node.checks, gpu=self.gpu)
+        manifest = build_manifest(node, facts, results, digest, labels, node.checks, gpu=self.gpu,
+                                  kinds=self.spec.kinds.values())
         passed = manifest["outcome"] == "passed" and digest is not None
         if passed:
             push_manifest(self.registry, self.repo(node), manifest)

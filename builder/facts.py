@@ -17,14 +17,18 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import catalog
+from . import catalog, versions
 from .params import GitPin, WheelPin
 from .spec import Base, LayerDef, Spec, Stack
 
 ORIGINS = ("measured", "declared", "catalog")
-# Facts a measured or declared value replaces one by one (measured > declared > catalog).
-BASE_FACTS = ("python", "torch", "torch_cuda", "torch_archs", "cuda", "nvcc", "cudnn", "nccl", "numpy", "pydantic",
-              "transformer_engine", "apex", "deepspeed", "pip_constraint", "os")
+# Facts of a base that the probe measures beside the versions (builder.versions: the platform's and every
+# kind's). Each is replaced one by one by the most trusted origin that has it (measured > declared > catalog).
+PROBED = ("torch_cuda", "torch_archs", "nvcc", "pydantic", "pip_constraint", "os")
+
+
+def base_fact_names(spec: Spec) -> tuple:
+    return tuple(versions.fields(spec.kinds.values())) + PROBED
 CU_LOCAL = re.compile(r"^cu(\d+)(\d)$")        # torch 2.7.1+cu126 -> CUDA 12.6
 CP_TAG = re.compile(r"-cp(\d)(\d+)-")            # torch-...-cp311-... -> Python 3.11
 NGC_TORCH_CUDA = ("NGC builds torch with the container's nvcc, so torch's CUDA is the container's "
@@ -71,7 +75,7 @@ class StackFacts:
         return fact.value if fact is not None and isinstance(fact.value, Version) else None
 
 
-def _catalog_facts(base: Base) -> dict[str, Fact]:
+def _catalog_facts(base: Base, names: tuple) -> dict[str, Fact]:
     if base.family != "ngc-pytorch":
         return {}
     rel = catalog.ngc_release(base.image)
@@ -79,7 +83,7 @@ def _catalog_facts(base: Base) -> dict[str, Fact]:
         return {}
     key = ("bases", base.name, "image")
     out = {}
-    for name in BASE_FACTS:
+    for name in names:
         known = rel.fact(name)
         if known is not None:
             out[name] = Fact(as_version(known.value), "catalog", known.source, known.verified, key)
@@ -95,7 +99,7 @@ def _declared_facts(base: Base) -> dict[str, Fact]:
             for name, value in base.provides}
 
 
-def _measured_facts(spec: Spec, base: Base, lock: Any) -> tuple[dict[str, Fact], str]:
+def _measured_facts(spec: Spec, base: Base, lock: Any, names: tuple) -> tuple[dict[str, Fact], str]:
     entry = lock.bases.get(base.name) if lock is not None else None
     if entry is None:
         return {}, ""
@@ -105,7 +109,7 @@ def _measured_facts(spec: Spec, base: Base, lock: Any) -> tuple[dict[str, Fact],
     source = f"{lock.file}: probe of {entry.image}@{entry.digest} on {entry.probed}"
     key = ("bases", base.name)
     return {name: Fact(as_version(value), "measured", source, True, key) for name, value in entry.facts.items()
-            if name in BASE_FACTS}, ""
+            if name in names}, ""
 
 
 def _derive(facts: dict[str, Fact], family: str) -> None:
@@ -130,9 +134,10 @@ def resolve(spec: Spec, stack: Stack, lock: Any = None) -> StackFacts:
     """The facts of one stack: its base's, then what every layer of its chain adds."""
     base = stack.base
     sf = StackFacts(stack=stack)
-    measured, sf.lock_note = _measured_facts(spec, base, lock)
-    by_origin = {"measured": measured, "declared": _declared_facts(base), "catalog": _catalog_facts(base)}
-    for name in BASE_FACTS:
+    names = base_fact_names(spec)
+    measured, sf.lock_note = _measured_facts(spec, base, lock, names)
+    by_origin = {"measured": measured, "declared": _declared_facts(base), "catalog": _catalog_facts(base, names)}
+    for name in names:
         found = [by_origin[o][name] for o in ORIGINS if name in by_origin[o]]
         if found:
             sf.options[name] = found
@@ -149,8 +154,8 @@ def _apply(sf: StackFacts, layer: LayerDef) -> None:
     for name in layer.kind.provides:
         sf.providers[name] = layer
     version = params.get("version")
-    for name in layer.kind.provides:
-        if version is not None and name in ("deepspeed", "transformer_engine", "megatron", "apex"):
+    for name, _ in layer.kind.versions:   # what the kind declares it installs, at its version parameter
+        if version is not None:
             sf.facts[name] = Fact(version, "declared", f"stacks.yaml {layer.section}.{layer.name}.params.version",
                                   None, path + ("version",))
     for pname, value in params.items():

@@ -25,10 +25,11 @@ from .registry import Ref, Registry
 from .spec import Site
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
-# What a reader of a training image looks at first; every list is ordered by these, then by name.
-KEY_VERSIONS = ("torch", "cuda", "nccl", "deepspeed", "megatron", "transformer_engine")
-KEY_PACKAGES = ("torch", "nvidia-cuda", "nvidia-nccl", "deepspeed", "megatron", "transformer-engine",
-                "transformer_engine")
+# What a reader of a training image looks at first: the platform (torch and what it was built with);
+# every list is ordered by these, then by name. The frameworks (whatever kinds an image was built
+# from) come from the image's own manifest, so no kind is named here.
+KEY_VERSIONS = ("torch", "cuda", "cudnn", "nccl", "python", "numpy")
+KEY_PACKAGES = ("torch", "nvidia-cuda", "nvidia-cudnn", "nvidia-nccl")
 CONFIG_FIELDS = ("architecture", "os", "Entrypoint", "Cmd", "User", "WorkingDir", "Shell", "ExposedPorts")
 RECORDED = (("versions", "versions"), ("python_packages", "python packages"), ("ds_report_ops", "ds_report ops"),
             ("arch_coverage", "compiled arch coverage"), ("checks", "checks"),

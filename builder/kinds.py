@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,9 @@ CUDA_MODES = ("never", "always", "if-base-cuda")
 CHECK_TYPES = ("import", "dist-version", "pip-check", "ds-report", "env", "python", "command",
                "source-commit", "torch-unchanged")
 KIND_KEYS = {"description", "role", "base_family", "needs", "provides", "compiles_cuda",
-             "compiles_cuda_param", "params", "checks"}
+             "compiles_cuda_param", "params", "checks", "versions"}
+VERSION_FIELD = re.compile(r"^[a-z][a-z0-9_]*\Z")      # a {field} of tag templates and a fact name
+DIST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 PARAM_KEYS = {"type", "required", "default", "choices", "doc"}
 CHECK_KEYS = {"id", "check", "gpu", "args", "doc"}
 
@@ -50,6 +53,10 @@ class Kind:
     params: dict = field(hash=False)
     checks: tuple = ()
     files: tuple = ()  # (relative path, sha256, mode) of everything under files/, sorted
+    # What the kind installs: (field, (distribution names as pip knows them, first found wins)). Each
+    # field is a {field} for tag templates, a version in the manifest and image diff, and a fact for
+    # preflight (declared from the kind's `version` parameter, measured by probe/lock).
+    versions: tuple = ()
 
     @property
     def fragment(self) -> str:
@@ -139,13 +146,22 @@ def load_kind(folder: Path) -> Kind:
         checks.append(CheckSpec(id=f"{folder.name}.{cdef['id']}", check=cdef["check"],
                                 gpu=bool(cdef.get("gpu", False)), args=tuple(sorted(args.items())),
                                 doc=str(cdef.get("doc", ""))))
+    versions = []
+    for vfield, dists in _require(doc, ("versions",), data.get("versions", {}), dict, "a mapping").items():
+        if not isinstance(vfield, str) or not VERSION_FIELD.match(vfield):
+            raise doc.error(("versions", vfield), "a version field is lower case letters, digits and _",
+                            hint="e.g. flash_attn: [flash-attn, flash_attn]")
+        names = _strings(doc, ("versions", vfield), dists)
+        if not names or not all(DIST_NAME.match(n) for n in names):
+            raise doc.error(("versions", vfield), "expected one or more distribution names as pip knows them")
+        versions.append((vfield, names))
     if not (folder / "fragment.j2").is_file():
         raise SpecError("layer kind has no fragment.j2", file=str(folder))
     return Kind(name=folder.name, folder=folder, description=str(data["description"]), role=role,
                 base_family=data.get("base_family"), needs=_strings(doc, ("needs",), data.get("needs", [])),
                 provides=_strings(doc, ("provides",), data.get("provides", [])), compiles_cuda=cuda,
                 compiles_cuda_param=cparam, params=params, checks=tuple(checks),
-                files=_hash_files(folder / "files"))
+                files=_hash_files(folder / "files"), versions=tuple(versions))
 
 
 def load_kinds(layers_dir: Path) -> dict[str, Kind]:

@@ -16,6 +16,7 @@ from . import __version__
 from .checks import CheckResult, parse_ds_report
 from .errors import ValidationFailed
 from .layout import artifact_tag
+from .versions import measured as measured_versions
 from .registry import Registry
 
 SCHEMA = "imgbuild.manifest/v1"
@@ -32,19 +33,9 @@ def checks_hash(checks) -> str:
     return hashlib.sha256(json.dumps(body).encode()).hexdigest()
 
 
-def versions(facts: dict) -> dict:
-    d = facts.get("dists", {})
-    t = facts.get("torch") or {}
-    return {k: v for k, v in {
-        "torch": d.get("torch"), "cuda": t.get("cuda"), "cudnn": t.get("cudnn"), "nccl": t.get("nccl"),
-        "python": facts.get("python"), "deepspeed": d.get("deepspeed"), "megatron": d.get("megatron-core"),
-        "transformer_engine": d.get("transformer-engine") or d.get("transformer_engine"), "apex": d.get("apex"),
-        "numpy": d.get("numpy"),
-    }.items() if v}
-
-
 def build_manifest(node, facts: dict, results: list[CheckResult], image_digest: str | None, labels: dict,
-                   checks, gpu: bool = False) -> dict:
+                   checks, gpu: bool = False, kinds=()) -> dict:
+    """kinds: the loaded layer kinds, whose `versions:` say which distributions to record as versions."""
     ds = facts.get("ds_report")
     return {
         "schema": SCHEMA,
@@ -62,7 +53,7 @@ def build_manifest(node, facts: dict, results: list[CheckResult], image_digest: 
         "outcome": "passed" if all(r.ok for r in results) else "failed",
         "validated_with_gpu": gpu,
         "checks": [asdict(r) for r in results],
-        "versions": versions(facts),
+        "versions": measured_versions(facts, kinds),
         "arch_list": (facts.get("torch") or {}).get("arch_list"),
         "python_packages": facts.get("dists", {}),
         "debian_packages": facts.get("dpkg", {}),

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Iterator
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from . import catalog
+from . import catalog, versions
 from .catalog import Known, driver_tuple
 from .facts import ORIGINS, Fact, StackFacts, major_minor, resolve
 from .findings import Finding, ordered, strict as make_strict
@@ -466,9 +466,6 @@ def nccl_skew(ctx: Ctx) -> Iterator[Finding]:
                            f"{name}=={pinned} replaces it", [torch], pin, fix=f"pin {name}=={pin.value} or leave it to torch")
 
 
-COMPARED = ("python", "torch", "cuda", "cudnn", "nccl", "numpy", "transformer_engine")
-
-
 def _agree(a, b) -> bool:
     """Equal, or one is a more precise spelling of the other (3.12 and 3.12.3; 13.0.1 and 13.0.1.006)."""
     if not (isinstance(a, Version) and isinstance(b, Version)) or a.local or b.local or a.pre or b.pre:
@@ -484,7 +481,7 @@ def base_facts(ctx: Ctx) -> Iterator[Finding]:
         yield ctx.find("IB091", "warning", ("bases", base.name), f"measured facts ignored: {ctx.facts.lock_note}",
                        source=f"the lock file's image and digest for {base.name} against bases.{base.name}",
                        fix="imgbuild lock")
-    for name in COMPARED:
+    for name in versions.fields(ctx.spec.kinds.values()):   # every version a base can hold, in two origins
         options = ctx.facts.options.get(name, [])
         used = options[0] if options else None
         for other in options[1:]:

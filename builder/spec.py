@@ -15,7 +15,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from . import catalog
+from . import catalog, versions
 from .errors import SpecError
 from .kinds import Kind, load_kinds
 from .params import ParamError, text, type_name, version
@@ -27,8 +27,6 @@ DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]+)?\Z")
 DRIVER = re.compile(r"^[0-9]{3}(?:\.[0-9]{1,3}){0,2}\Z")  # an NVIDIA Linux driver: 580, 580.65, 580.65.06
 FAMILIES = ("ngc-pytorch", "debian")
-PROVIDES = ("python", "torch", "cuda", "cudnn", "nccl", "transformer_engine", "apex", "numpy", "os")
-TAG_FIELDS = ("stack", "date", "torch", "cuda", "python", "deepspeed", "megatron", "transformer_engine", "apex", "nccl")
 DEFAULT_TAGS = ("{stack}", "{stack}-{date}")
 SECTIONS = {"layers": ("base", "layer"), "projects": ("project",), "runtimes": ("runtime",)}
 TOP_KEYS = {"version", "site", "bases", "layers", "projects", "runtimes", "stacks"}
@@ -208,7 +206,9 @@ class _Loader:
         if family not in FAMILIES:
             raise self.err(path + ("family",), f"{family!r} is not a base family", hint="allowed: " + ", ".join(FAMILIES))
         provides = {}
-        for key, value in self.mapping(path + ("provides",), raw.get("provides", {}), set(PROVIDES)).items():
+        # A base may declare any version imgbuild knows (the platform's, and every kind's) and its OS.
+        allowed = set(versions.fields(self.kinds.values())) | {"os"}
+        for key, value in self.mapping(path + ("provides",), raw.get("provides", {}), allowed).items():
             try:
                 provides[key] = text(value) if key == "os" else version(value)
             except ParamError as exc:
@@ -305,10 +305,11 @@ class _Loader:
             raise self.err(path + ("tags",), "expected a non-empty list of tag templates")
         for i, tag in enumerate(tags):
             tag = self.string(path + ("tags", i), tag)
+            tag_fields = versions.tag_fields(self.kinds.values())
             for fieldname in re.findall(r"\{([^}]*)\}", tag):
-                if fieldname not in TAG_FIELDS:
+                if fieldname not in tag_fields:
                     raise self.err(path + ("tags", i), f"unknown tag field {{{fieldname}}}",
-                                   hint="allowed: " + ", ".join("{%s}" % f for f in TAG_FIELDS))
+                                   hint="allowed: " + ", ".join("{%s}" % f for f in tag_fields))
             if not re.fullmatch(r"[A-Za-z0-9_.{}-]+", tag):
                 raise self.err(path + ("tags", i), f"{tag!r} has characters a Docker tag cannot hold")
         stack = Stack(name=name, description=str(raw.get("description", "")), base=base, chain=tuple(chain),

@@ -215,7 +215,7 @@ def test_the_three_formats(registry):
     assert table[5] == ("different: versions (1), python packages (3), labels (1), layers (1), debian packages (1), "
                         "history (1)")
     assert table[7:11] == ["versions     A       B", "  torch      2.12.0  2.13.0  upgrade",
-                           "  deepspeed  0.19.8  0.19.8", "  python     3.11.2  3.11.2"]
+                           "  python     3.11.2  3.11.2", "  deepspeed  0.19.8  0.19.8"]   # platform first
     assert table[12:16] == ["python packages: 1 upgrade, 1 downgrade, 1 added, 2 same",
                             "  upgrade   torch  2.12.0 -> 2.13.0", "  downgrade numpy  2.4.6 -> 2.3.0",
                             "  added     six    1.16.0"]

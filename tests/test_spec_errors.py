@@ -70,7 +70,8 @@ BASE_KEYS = "allowed: description, digest, family, image, provides, source"
 LAYER_KEYS = "allowed: description, kind, params"  # layers, projects and runtimes alike
 DS_PARAMS = "allowed: apt, libaio, ops, packages, runtime_ops, version"
 KINDS = "kinds (folders under layers/): apex, cpu-torch, deepspeed, megatron, ngc-pytorch, project, runtime-env, transformer-engine"
-TAGS = "allowed: {stack}, {date}, {torch}, {cuda}, {python}, {deepspeed}, {megatron}, {transformer_engine}, {apex}, {nccl}"
+TAGS = ("allowed: {stack}, {date}, {python}, {torch}, {cuda}, {cudnn}, {nccl}, {numpy}, {apex}, {deepspeed}, "
+        "{megatron}, {transformer_engine}")
 
 
 @dataclass
