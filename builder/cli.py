@@ -25,6 +25,10 @@ FileOpt = typer.Option(Path(os.environ.get("IMGBUILD_STACKS", "stacks.yaml")), "
                        help="The stacks file (default: ./stacks.yaml, or $IMGBUILD_STACKS).")
 AllOpt = typer.Option(False, "--all", help="Every stack in the file.")
 Selectors = typer.Argument(None, help="stack=NAME (repeatable).", show_default=False)
+KindsOpt = typer.Option(None, "--kinds", show_default=False,
+                        help="A folder of extra layer kinds (<kind>/kind.yaml, fragment.j2); repeatable, the first "
+                             "wins; above layers/ beside the stacks file, then the shipped kinds. A site kind named "
+                             "like a shipped one overrides it (default: $IMGBUILD_KINDS, os.pathsep-separated).")
 
 
 def _version(value: bool) -> None:
@@ -61,11 +65,14 @@ def select(spec: Spec, selectors: Optional[List[str]], all_: bool) -> list[str]:
 
 @app.command()
 def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
+          kinds: Optional[List[Path]] = KindsOpt,
           strict: bool = typer.Option(False, "--strict", help="Warnings are errors too.")) -> None:
     """Validate stacks.yaml, render the selected stacks, run preflight and lint (no Docker needed)."""
     from .review import review
-    spec = load_spec(file)
+    spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_ or not selectors)
+    for line in spec.kinds.describe({d.kind.name for n in names for d in spec.stack(n).chain}):
+        typer.echo(line)   # where each kind used (and the skeleton) came from: shipped or site
     result = review(spec, names, strict)
     for finding in result.findings:
         typer.echo(finding.render())
@@ -78,9 +85,10 @@ def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
 
 @app.command()
 def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
+           kinds: Optional[List[Path]] = KindsOpt,
            out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write STACK/NN-LAYER.Dockerfile files here.")) -> None:
     """Print (or write) the rendered Dockerfile of every layer of the selected stacks."""
-    spec = load_spec(file)
+    spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
     plan = make_plan(spec, names)
     for name in names:
@@ -97,13 +105,14 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
 
 @app.command()
 def plan(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
+         kinds: Optional[List[Path]] = KindsOpt,
          as_json: bool = typer.Option(False, "--json", help="The DAG as JSON (a CI matrix)."),
          explain: bool = typer.Option(False, "--explain", "-x", help="Show the inputs that make each key."),
          offline: bool = typer.Option(False, "--offline", help="Ask no registry: bases neither pinned nor locked "
                                       "keep provisional keys.")) -> None:
     """Show the layer DAG: one node per distinct layer image, its content key and who uses it."""
     from .bases import resolve
-    spec = load_spec(file)
+    spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_ or not selectors)
     bases = resolve(spec, names, lookup="none" if offline else "site")
     result = make_plan(spec, names, bases.digests)
@@ -131,12 +140,13 @@ def plan(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_:
 
 @app.command()
 def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
+          kinds: Optional[List[Path]] = KindsOpt,
           docker: Optional[str] = typer.Option(None, "--docker", help="The Docker CLI to use (default: detected)."),
           date: Optional[str] = typer.Option(None, "--date", help="The {date} of release tags (default: today, UTC)."),
           as_json: bool = typer.Option(False, "--json", help="Print the report as JSON at the end.")) -> None:
     """Build what the registry lacks, validate every image, then move the release tags."""
     from .build import build as run_build
-    spec = load_spec(file)
+    spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
     report = run_build(spec, names, say=lambda line: typer.echo(line), docker=docker, date=date)
     built = sum(1 for r in report.nodes.values() if r.action == "build")
@@ -148,12 +158,13 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
 
 @app.command()
 def release(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
+            kinds: Optional[List[Path]] = KindsOpt,
             date: Optional[str] = typer.Option(None, "--date", help="The {date} of release tags (default: today, UTC).")
             ) -> None:
     """Move the release tags of built stacks: only if every layer image of every selected stack is in
     the registry with passing recorded checks (read from the registry, not from a job's exit code)."""
     from .build import release as run_release
-    spec = load_spec(file)
+    spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
     moved = run_release(spec, names, say=lambda line: typer.echo(line), date=date)
     typer.echo(f"ok: {len(moved)} stack(s) released")
@@ -161,11 +172,12 @@ def release(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, al
 
 @app.command()
 def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAME or an image reference."),
-             file: Path = FileOpt, docker: Optional[str] = typer.Option(None, "--docker")) -> None:
+             file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
+             docker: Optional[str] = typer.Option(None, "--docker")) -> None:
     """Re-run the in-image checks of existing images and record the results beside them."""
     from .build import validate as run_validate
     from .errors import ValidationFailed
-    spec = load_spec(file)
+    spec = load_spec(file, kinds=kinds or None)
     stacks = [t for t in targets or [] if t.startswith("stack=")]
     images = [t for t in targets or [] if not t.startswith("stack=")]
     names = select(spec, stacks, False) if stacks or not images else []
@@ -221,6 +233,7 @@ def diff(targets: List[str] = typer.Argument(..., show_default=False,
 
 @app.command()
 def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles, or folders holding Dockerfiles."),
+         kinds: Optional[List[Path]] = KindsOpt,
          strict: bool = typer.Option(False, "--strict", help="Warnings are errors too.")) -> None:
     """Lint a stacks file (its values and every rendered Dockerfile) or hand-written Dockerfiles."""
     from .findings import errors, ordered, strict as make_strict, summary
@@ -230,7 +243,7 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
     for path in paths:
         if path.suffix in (".yaml", ".yml"):
             # A stacks file gets the same review as `check` (preflight included): one judgement, everywhere.
-            spec = load_spec(path)
+            spec = load_spec(path, kinds=kinds or None)
             found += review(spec, list(spec.stacks)).findings
             count += 1
             continue
@@ -251,12 +264,13 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
 
 @app.command()
 def probe(target: str = typer.Argument(..., help="base=NAME"), file: Path = FileOpt,
+          kinds: Optional[List[Path]] = KindsOpt,
           docker: Optional[str] = typer.Option(None, "--docker", help="The Docker CLI to use (default: detected).")) -> None:
     """Run a base image and measure torch, CUDA, cuDNN, NCCL, Python, TE, Apex, numpy and pip's constraints."""
     from .engine import Engine
     from .facts import resolve
     from .lock import probe as run_probe
-    spec = load_spec(file)
+    spec = load_spec(file, kinds=kinds or None)
     key, _, name = target.partition("=")
     if key != "base" or name not in spec.bases:
         raise SpecError(f"cannot read {target!r}: name a base as base=NAME", hint="bases: " + ", ".join(spec.bases))
@@ -275,11 +289,12 @@ def probe(target: str = typer.Argument(..., help="base=NAME"), file: Path = File
 
 @app.command(name="lock")
 def lock_cmd(targets: Optional[List[str]] = typer.Argument(None, help="base=NAME (repeatable; default every base)."),
-             file: Path = FileOpt, docker: Optional[str] = typer.Option(None, "--docker")) -> None:
+             file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
+             docker: Optional[str] = typer.Option(None, "--docker")) -> None:
     """Resolve each base's digest and measure it; write stacks.lock.yaml beside the stacks file."""
     from .engine import Engine
     from .lock import lock as run_lock
-    spec = load_spec(file)
+    spec = load_spec(file, kinds=kinds or None)
     names = []
     for item in targets or [f"base={b}" for b in spec.bases]:
         key, _, name = item.partition("=")

@@ -18,6 +18,7 @@ from typing import Any
 import jinja2
 
 from .errors import RenderError
+from .kindpath import SKELETON, Templates
 from .params import CONTROL, GitPin, WheelPin
 from .spec import LayerDef, Spec, Stack
 
@@ -49,10 +50,31 @@ def shjoin(values: Any) -> str:
     return " ".join(sh(v) for v in values)
 
 
+def _skeleton_loader(path: Path) -> jinja2.BaseLoader:
+    """Answers for Dockerfile.j2 only: the one skeleton file, wherever it lives."""
+    def load(name: str):
+        if name != SKELETON or not path.is_file():
+            return None
+        mtime = path.stat().st_mtime
+        return path.read_text(encoding="utf-8"), str(path), lambda: path.is_file() and path.stat().st_mtime == mtime
+    return jinja2.FunctionLoader(load)
+
+
 @cache
-def environment(root: Path) -> jinja2.Environment:
+def environment(where: Path | Templates) -> jinja2.Environment:
+    """The one Jinja environment of a set of templates (Spec.kinds.templates): Dockerfile.j2 from the
+    skeleton file, KIND/fragment.j2 from the folder of the kind that won KIND, any other template
+    (macros.j2) from the kind folders in priority order. A plain Path is the old single layout: a
+    folder holding Dockerfile.j2 and layers/."""
+    if not isinstance(where, Templates):
+        where = Templates(skeleton=where / SKELETON, fragments=(), search=(where / "layers",))
+    loader = jinja2.ChoiceLoader([
+        _skeleton_loader(where.skeleton),
+        jinja2.PrefixLoader({name: jinja2.FileSystemLoader(str(folder)) for name, folder in where.fragments}),
+        jinja2.FileSystemLoader([str(p) for p in where.search]),
+    ])
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader([str(root), str(root / "layers")]),
+        loader=loader,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -101,13 +123,13 @@ def layer_context(stack: Stack, layer: LayerDef) -> dict:
 
 
 def render_layer(spec: Spec, stack: Stack, layer: LayerDef) -> str:
-    env = environment(spec.root)
+    env = environment(getattr(spec.kinds, "templates", None) or spec.root)
     ctx = layer_context(stack, layer)
     try:
         fragment = env.get_template(layer.kind.fragment).render(**ctx)
         bad = FORBIDDEN.search(fragment)
         if bad:
-            raise RenderError(f"layers/{layer.kind.fragment} writes {bad.group(1).upper()}; fragments must "
+            raise RenderError(f"{layer.kind.folder.parent.name}/{layer.kind.fragment} writes {bad.group(1).upper()}; fragments must "
                               "not: the skeleton Dockerfile.j2 writes the stage and the labels")
         text = env.get_template("Dockerfile.j2").render(fragment=fragment.strip("\n"), **ctx)
     except jinja2.TemplateError as exc:

@@ -345,13 +345,16 @@ class _Loader:
                                hint="add gpus: [H100] (or the site's GPUs)")
 
 
-def load_spec(file: str | Path, root: str | Path | None = None) -> Spec:
-    """Load stacks.yaml and the layer kinds beside it (root: folder with layers/ and Dockerfile.j2)."""
+def load_spec(file: str | Path, root: str | Path | None = None, kinds: Any = None) -> Spec:
+    """Load stacks.yaml and its layer kinds: the shipped ones (builder.kindpath.shipped_root), plus the
+    site's. root is the site folder (default: the stacks file's): its layers/ adds kinds, its
+    Dockerfile.j2 (if any) replaces the skeleton. kinds: more kind folders, highest priority first
+    (default $IMGBUILD_KINDS). A site kind with the name of a shipped one overrides it."""
+    from .kindpath import find_kinds
     file = Path(file)
-    root = Path(root) if root is not None else file.resolve().parent
-    if not (root / "layers").is_dir():
-        root = Path(__file__).resolve().parent.parent  # the layer kinds shipped with imgbuild
-    kinds = load_kinds(root / "layers")
+    site_dir = Path(root) if root is not None else file.resolve().parent
+    kinds = find_kinds(site_dir, None if kinds is None else [Path(k) for k in kinds], load_kinds)
+    root = kinds.root
     doc = load_file(file)
     loader = _Loader(doc, kinds)
     data = loader.mapping((), doc.data, TOP_KEYS, what="a mapping with bases, layers and stacks")
