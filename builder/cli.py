@@ -276,7 +276,7 @@ def probe(target: str = typer.Argument(..., help="base=NAME"), file: Path = File
         raise SpecError(f"cannot read {target!r}: name a base as base=NAME", hint="bases: " + ", ".join(spec.bases))
     base = spec.bases[name]
     ref = base.ref(spec.site) + (f"@{base.digest}" if base.digest else "")
-    measured = run_probe(Engine.detect(docker), ref)
+    measured = run_probe(Engine.detect(docker), ref, spec.kinds.values())
     users = [s for s in spec.stacks.values() if s.base.name == name]
     known = resolve(spec, users[0], lock=None).options if users else {}
     typer.echo(f"{name}: {ref}")

@@ -33,7 +33,7 @@ def measured(facts: dict, kinds: Iterable) -> dict:
     """{field: version} from the probe's measurements of one image (fields with no value left out)."""
     dists = facts.get("dists", {})
     torch = facts.get("torch") or {}
-    out = {"python": facts.get("python"), "cuda": torch.get("cuda"), "cudnn": _cudnn(torch.get("cudnn")),
+    out = {"python": facts.get("python"), "cuda": torch.get("cuda"), "cudnn": torch.get("cudnn"),
            "nccl": torch.get("nccl")}
     for field, names in fields(kinds).items():
         if names:
@@ -41,18 +41,6 @@ def measured(facts: dict, kinds: Iterable) -> dict:
                                if n.lower().replace("_", "-") in dists), None)
     out["torch"] = out.get("torch") or torch.get("version")
     return {k: v for k, v in out.items() if v}
-
-
-def _cudnn(value) -> str | None:
-    """cuDNN as torch reports it (an int: 8906, 90100, 91002) spelled as a version: 8.9.6, 9.1.0, 9.10.2."""
-    if value in (None, ""):
-        return None
-    try:
-        v = int(value)
-    except (TypeError, ValueError):
-        return str(value)
-    big = v >= 10000
-    return "%d.%d.%d" % (v // (10000 if big else 1000), v % (10000 if big else 1000) // 100, v % 100)
 
 
 __all__ = ["PLATFORM", "fields", "tag_fields", "measured"]

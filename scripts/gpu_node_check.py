@@ -47,36 +47,18 @@ STATUS_WORD = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}
 
 # -- child programs (run with sys.executable -c; each prints one RESULT_TAG line of JSON) ----------
 
-TORCH_FACTS = r'''
-import json, torch
-d = {"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available(),
-     "device_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
-     "arch_list": torch.cuda.get_arch_list() if torch.version.cuda else [], "cudnn": None, "nccl": None,
-     "nccl_available": False}
-try:
-    d["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-except Exception as exc:
-    d["cudnn"] = "error: %s" % exc
-try:
-    d["nccl"] = ".".join(map(str, torch.cuda.nccl.version()[:3])) if torch.version.cuda else None
-except Exception as exc:
-    d["nccl"] = "error: %s" % exc
-try:
-    from torch.utils.cpp_extension import CUDA_HOME
-    d["cuda_home"] = CUDA_HOME
-except Exception as exc:
-    d["cuda_home"] = None
-try:
-    import torch.distributed as dist
-    d["nccl_available"] = dist.is_available() and dist.is_nccl_available()
-except Exception:
-    pass
-if d["cuda_available"]:
-    p = torch.cuda.get_device_properties(0)
-    d.update(device=p.name, capability="%d.%d" % (p.major, p.minor), sm_count=p.multi_processor_count,
-             memory_gib=round(p.total_memory / 2**30, 1))
-print("@@GPU_CHECK_RESULT " + json.dumps(d))
-'''
+def _load_probe():
+    """imgbuild's one probe (builder/checks/probe.py; standard library only), loaded by path: this script
+    measures torch, CUDA, cuDNN and NCCL exactly as lock and the in-image checks do."""
+    spec = importlib.util.spec_from_file_location("imgbuild_probe", ROOT / "builder" / "checks" / "probe.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The probe's torch program, with its result also printed as this script's tagged line.
+TORCH_FACTS = _load_probe().TORCH_FACTS + 'print("@@GPU_CHECK_RESULT " + json.dumps(d))\n'
+
 
 NCCL_ALLREDUCE = r'''
 import json, os, time, torch, torch.distributed as dist
@@ -399,6 +381,7 @@ class Runner:
             self.record("torch-facts", "builtin", "failed", f"could not read torch facts: {last_error_line(out)}",
                         secs, out)
             return None
+        result["torch"] = result.pop("version", None)   # the probe's name for it; this report says torch
         self.facts["torch"] = result
         for k in ("torch", "cuda", "cudnn", "nccl", "nccl_available", "cuda_available", "device_count", "device",
                   "capability", "sm_count", "memory_gib", "arch_list", "cuda_home"):

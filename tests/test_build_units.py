@@ -252,3 +252,26 @@ def test_every_check_type_a_kind_may_name_has_a_judge_and_no_judge_is_unreachabl
     from builder.kinds import CHECK_TYPES
     assert set(CHECK_TYPES) == set(JUDGES) | set(SNIPPETS)
     assert not set(JUDGES) & set(SNIPPETS)
+
+
+def test_lock_reads_the_one_probe_output_as_base_facts():
+    """lock, the checks and the GPU node check share builder/checks/probe.py; lock maps its output to
+    base facts: None means measured and not installed, a missing name was not measured."""
+    from builder.lock import base_facts
+    from builder.spec import load_spec
+    kinds = load_spec(Path(__file__).resolve().parent.parent / "stacks.yaml").kinds.values()
+    assert base_facts({"os": "debian-12"}, kinds) == {"os": "debian-12"}          # no Python: all else unknown
+    cuda = {"python": "3.12.3", "os": "ubuntu-24.04", "pip_constraint": "torch==2.9.0a0 (/etc/pip/constraint.txt)",
+            "toolkit": {"nvcc": "13.0.88", "cuda": "13.0.1"},
+            "dists": {"torch": "2.9.0a0+50eac811a6.nv25.9", "transformer-engine": "2.7.0", "numpy": "1.26.4",
+                      "pydantic": "2.11.7"},
+            "torch": {"version": "2.9.0a0+50eac811a6.nv25.9", "cuda": "13.0", "arch_list": ["sm_80", "sm_90",
+                      "compute_90"], "cudnn": "9.13.0", "nccl": "2.27.7"}}
+    facts = base_facts(cuda, kinds)
+    assert facts["transformer_engine"] == "2.7.0" and facts["deepspeed"] is None and facts["apex"] is None
+    assert facts["torch_archs"] == "sm_80;sm_90;compute_90" and facts["cudnn"] == "9.13.0"
+    assert facts["nvcc"] == "13.0.88" and facts["cuda"] == "13.0.1" and facts["torch_cuda"] == "13.0"
+    cpu = dict(cuda, toolkit={}, torch={"version": "2.13.0+cpu", "cuda": None, "arch_list": []},
+               dists={"torch": "2.13.0+cpu"})
+    facts = base_facts(cpu, kinds)
+    assert facts["torch_cuda"] is None and "cudnn" not in facts and "cuda" not in facts and "nvcc" not in facts

@@ -70,11 +70,13 @@ def test_probing_an_image_with_python_measures_what_is_installed_and_what_is_not
     """The DeepSpeed layer of this session's real cpu-smoke build (conftest's `first`): real torch, real
     DeepSpeed, imgbuild's pip constraint; Apex and Transformer Engine are measured as not installed."""
     node = next(n for n in first["report"]["nodes"].values() if n["layer"] == "ds-0.19.8-cpu")
-    facts = probe(Engine.detect(), f"{REGISTRY}/{NS}/layers/ds-0.19.8-cpu@{node['digest']}")
+    kinds = load_spec(STACKS).kinds.values()        # their `versions:` say what to measure
+    facts = probe(Engine.detect(), f"{REGISTRY}/{NS}/layers/ds-0.19.8-cpu@{node['digest']}", kinds)
     assert facts["os"] == "debian-12" and facts["python"].startswith("3.11.")
     assert facts["torch"] == "2.13.0+cpu" and facts["torch_cuda"] is None and facts["deepspeed"] == "0.19.8"
     assert facts["numpy"] and facts["pydantic"]                       # DeepSpeed's dependencies, measured
     assert facts["apex"] is None and facts["transformer_engine"] is None   # measured: not installed
+    assert facts["megatron"] is None
     assert facts["pip_constraint"] == "torch==2.13.0+cpu (/etc/imgbuild/constraints.txt)"
     # no nvcc in the image: nvcc and cuda were not measured, so they are left out (unknown), not None
     assert "nvcc" not in facts and "cuda" not in facts

@@ -1,6 +1,8 @@
 """Runs INSIDE an image (its own python, no network): measures what is there and runs the snippets
 a build asked for. Reads one JSON request on stdin, prints one JSON document on stdout.
-Standalone on purpose: it must not import imgbuild, only the standard library (Python >= 3.8)."""
+Standalone on purpose: it must not import imgbuild, only the standard library (Python >= 3.8).
+It is imgbuild's one probe: the in-image checks, `imgbuild probe`/`lock` and the GPU node check
+(scripts/gpu_node_check.py, which imports it by path) all measure through it."""
 
 import json
 import os
@@ -35,19 +37,85 @@ def dists():
     return out
 
 
-def torch_facts():
-    code = ("import json, torch\n"
-            "d = {'version': torch.__version__, 'cuda': torch.version.cuda, 'arch_list': torch.cuda.get_arch_list(),\n"
-            "     'cuda_available': torch.cuda.is_available(), 'cudnn': None, 'nccl': None}\n"
-            "try:\n    d['cudnn'] = str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None\n"
-            "except Exception: pass\n"
-            "try:\n    d['nccl'] = '.'.join(map(str, torch.cuda.nccl.version()[:3])) if torch.version.cuda else None\n"
-            "except Exception: pass\n"
-            "print(json.dumps(d))\n")
-    res = sh([sys.executable, "-c", code], timeout=300)
+# torch's own view of itself, in a child process (a torch that fails to import must not take the probe
+# down). The one measurement of torch, CUDA, cuDNN, NCCL and the arch list: lock, the in-image checks and
+# the GPU node check all read this. cuDNN is spelled as a version (9.10.2), not torch's integer.
+TORCH_FACTS = r"""
+import json, torch
+d = {"version": torch.__version__, "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available(),
+     "device_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+     "arch_list": torch.cuda.get_arch_list() if torch.version.cuda else [], "cudnn": None, "nccl": None,
+     "nccl_available": False, "cuda_home": None}
+try:
+    v = torch.backends.cudnn.version() if torch.version.cuda and torch.backends.cudnn.is_available() else None
+    if v:
+        big = v >= 10000
+        d["cudnn"] = "%d.%d.%d" % (v // (10000 if big else 1000), v % (10000 if big else 1000) // 100, v % 100)
+except Exception as exc:
+    d["cudnn_error"] = repr(exc)[:300]
+try:
+    d["nccl"] = ".".join(map(str, torch.cuda.nccl.version()[:3])) if torch.version.cuda else None
+except Exception as exc:
+    d["nccl_error"] = repr(exc)[:300]
+try:
+    from torch.utils.cpp_extension import CUDA_HOME
+    d["cuda_home"] = CUDA_HOME
+except Exception:
+    pass
+try:
+    import torch.distributed as dist
+    d["nccl_available"] = dist.is_available() and dist.is_nccl_available()
+except Exception:
+    pass
+if d["cuda_available"]:
+    p = torch.cuda.get_device_properties(0)
+    d.update(device=p.name, capability="%d.%d" % (p.major, p.minor), sm_count=p.multi_processor_count,
+             memory_gib=round(p.total_memory / 2**30, 1))
+print(json.dumps(d))
+"""
+
+
+def torch_facts(python=None):
+    res = sh([python or sys.executable, "-c", TORCH_FACTS], timeout=300)
     if res["rc"] != 0:
         return {"error": res["out"][-2000:]}
     return json.loads(res["out"].strip().splitlines()[-1])
+
+
+def toolkit():
+    """nvcc's version and the CUDA toolkit's (the image's CUDA_VERSION, else nvcc's release)."""
+    out = {}
+    for nvcc in ("nvcc", "/usr/local/cuda/bin/nvcc"):
+        res = sh([nvcc, "--version"], timeout=60)
+        m = re.search(r"release (\d+\.\d+), V([\d.]+)", res["out"]) if res["rc"] == 0 else None
+        if m:
+            out["nvcc"] = m.group(2)
+            break
+    cuda = os.environ.get("CUDA_VERSION") or (out["nvcc"].rsplit(".", 1)[0] if out.get("nvcc") else None)
+    if cuda:
+        out["cuda"] = cuda
+    return out
+
+
+def pip_constraint():
+    """The torch pin pip applies: $PIP_CONSTRAINT (imgbuild's layers set it), else NGC's file (25.03+)."""
+    path = os.environ.get("PIP_CONSTRAINT") or "/etc/pip/constraint.txt"
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    pin = next((l for l in lines if l.lower().startswith("torch==")), "no torch pin")
+    return "%s (%s)" % (pin, path)
+
+
+def os_release():
+    try:
+        with open("/etc/os-release") as f:
+            rel = dict(l.split("=", 1) for l in f.read().splitlines() if "=" in l)
+    except OSError:
+        return None
+    return "%s-%s" % (rel.get("ID", "").strip('"'), rel.get("VERSION_ID", "").strip('"'))
 
 
 def main():
@@ -61,6 +129,9 @@ def main():
         "snippets": {},
         "commands": {},
         "files": {},
+        "os": os_release(),
+        "pip_constraint": pip_constraint(),
+        "toolkit": toolkit(),
     }
     dpkg = sh(["dpkg-query", "-W", "-f", "${Package}\t${Version}\n"], timeout=120)
     facts["dpkg"] = dict(line.split("\t", 1) for line in dpkg["out"].splitlines() if "\t" in line) if dpkg["rc"] == 0 else {}
