@@ -214,9 +214,14 @@ def _param_changes(old: LayerDef, new: LayerDef) -> list[str]:
 
 
 def _templates(spec: Spec, kind: str) -> dict[str, bytes]:
-    root = spec.root
-    paths = [root / "Dockerfile.j2", root / "layers" / kind / "fragment.j2", *sorted((root / "layers").glob("*.j2"))]
-    return {str(p.relative_to(root)): p.read_bytes() for p in paths if p.is_file()}
+    """The templates a layer of `kind` renders from, wherever each was found (site or shipped folders):
+    the skeleton, the kind's fragment, and the shared templates that win in the kinds' search order."""
+    found = spec.kinds.templates
+    paths = {"Dockerfile.j2": found.skeleton, f"layers/{kind}/fragment.j2": spec.kinds[kind].folder / "fragment.j2"}
+    for folder in reversed(found.search):          # lowest priority first: a higher folder's macros.j2 wins
+        for path in sorted(folder.glob("*.j2")):
+            paths[f"layers/{path.name}"] = path
+    return {name: path.read_bytes() for name, path in paths.items() if path.is_file()}
 
 
 def _arch_list(stack: Stack, layer: LayerDef) -> str:

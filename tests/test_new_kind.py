@@ -114,3 +114,23 @@ def test_the_kind_folder_refuses_a_bad_versions_declaration(kinds_copy):
                                                                    "Flash-Attn: [fast-attn]"))
     res = run_cli("check", "-f", root / "stacks.yaml")
     assert res.code == 2 and "versions.Flash-Attn" in res.err and "lower case letters" in res.err, res.err
+
+
+def test_diff_names_a_changed_fragment_of_a_site_kind(tmp_path):
+    """Site kinds add to the shipped ones: a site repository holding only its own kind. Changing that
+    kind's fragment is named as the cause of the new key (the template is read from where it was found)."""
+    import subprocess
+    root = tmp_path / "site"
+    (root / "layers" / "fast-attn").mkdir(parents=True)
+    (root / "layers" / "fast-attn" / "kind.yaml").write_text(KIND)
+    (root / "layers" / "fast-attn" / "fragment.j2").write_text(FRAGMENT)
+    data = yaml.safe_load(STACKS.read_text())
+    data["layers"]["fa-2.8.3"] = {"kind": "fast-attn", "params": {"version": "2.8.3"}}
+    data["stacks"]["cpu-smoke"]["layers"] += ["fa-2.8.3"]
+    (root / "stacks.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-q", "-m", "a"]):
+        subprocess.run(["git", *cmd], cwd=root, check=True, capture_output=True)
+    (root / "layers" / "fast-attn" / "fragment.j2").write_text(FRAGMENT.replace("--progress-bar off ", ""))
+    res = run_cli("diff", "HEAD", "-f", root / "stacks.yaml", "--offline", "--json")
+    assert res.code == 1, res.output
+    assert "template layers/fast-attn/fragment.j2 changed" in res.out
