@@ -2,7 +2,7 @@
 
 The layer kinds (layers/) and the skeleton (Dockerfile.j2) live at the repository's top level by
 design. At build time they are copied into the package as builder/_shipped/, so that an installed
-imgbuild finds them (builder.kindpath.shipped_root); nothing is duplicated in git. Everything else
+imgbuild finds them (builder.load.kindpath.shipped_root); nothing is duplicated in git. Everything else
 is configured in pyproject.toml.
 """
 

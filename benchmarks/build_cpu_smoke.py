@@ -25,11 +25,11 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder.bases import resolve  # noqa: E402
-from builder.build import assemble_context  # noqa: E402
-from builder.hostconf import HostConf  # noqa: E402
-from builder.plan import make_plan  # noqa: E402
-from builder.spec import load_spec  # noqa: E402
+from builder.build.bases import resolve  # noqa: E402
+from builder.build.pipeline import assemble_context  # noqa: E402
+from builder.build.hostconf import HostConf  # noqa: E402
+from builder.build.plan import make_plan  # noqa: E402
+from builder.load.spec import load_spec  # noqa: E402
 
 DOCKER = "/usr/bin/docker"
 PIN_V2 = "1a6d04ff11a3a379285c6dc7862d82d095f0056c"

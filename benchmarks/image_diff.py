@@ -31,8 +31,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder.imagediff import diff_images  # noqa: E402
-from builder.spec import Site  # noqa: E402
+from builder.diff.imagediff import diff_images  # noqa: E402
+from builder.load.spec import Site  # noqa: E402
 
 NAMESPACE = "imgbuild-bench-diff"
 PIN_V1 = "d89c5dfd761db2eb8352a3c3df6659c984547929"

@@ -12,10 +12,10 @@ from typing import List, Optional
 
 import typer
 
-from . import __version__
-from .errors import ImgbuildError, Interrupted, PreflightError, SpecError
-from .plan import KEY_LEN, image_ref, make_plan
-from .spec import Spec, load_spec
+from builder import __version__
+from builder.errors import ImgbuildError, Interrupted, PreflightError, SpecError
+from builder.build.plan import KEY_LEN, image_ref, make_plan
+from builder.load.spec import Spec, load_spec
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Declared, pinned, validated GPU training images from one stacks.yaml.")
@@ -68,7 +68,7 @@ def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
           kinds: Optional[List[Path]] = KindsOpt,
           strict: bool = typer.Option(False, "--strict", help="Warnings are errors too.")) -> None:
     """Validate stacks.yaml, render the selected stacks, run preflight and lint (no Docker needed)."""
-    from .review import review
+    from builder.rules.review import review
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_ or not selectors)
     for line in spec.kinds.describe({d.kind.name for n in names for d in spec.stack(n).chain}):
@@ -111,7 +111,7 @@ def plan(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_:
          offline: bool = typer.Option(False, "--offline", help="Ask no registry: bases neither pinned nor locked "
                                       "keep provisional keys.")) -> None:
     """Show the layer DAG: one node per distinct layer image, its content key and who uses it."""
-    from .bases import resolve
+    from builder.build.bases import resolve
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_ or not selectors)
     bases = resolve(spec, names, lookup="none" if offline else "site")
@@ -145,7 +145,7 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
           date: Optional[str] = typer.Option(None, "--date", help="The {date} of release tags (default: today, UTC)."),
           as_json: bool = typer.Option(False, "--json", help="Print the report as JSON at the end.")) -> None:
     """Build what the registry lacks, validate every image, then move the release tags."""
-    from .build import build as run_build
+    from builder.build.pipeline import build as run_build
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
     report = run_build(spec, names, say=lambda line: typer.echo(line), docker=docker, date=date)
@@ -163,7 +163,7 @@ def release(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, al
             ) -> None:
     """Move the release tags of built stacks: only if every layer image of every selected stack is in
     the registry with passing recorded checks (read from the registry, not from a job's exit code)."""
-    from .build import release as run_release
+    from builder.build.pipeline import release as run_release
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
     moved = run_release(spec, names, say=lambda line: typer.echo(line), date=date)
@@ -175,8 +175,8 @@ def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAM
              file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
              docker: Optional[str] = typer.Option(None, "--docker")) -> None:
     """Re-run the in-image checks of existing images and record the results beside them."""
-    from .build import validate as run_validate
-    from .errors import ValidationFailed
+    from builder.build.pipeline import validate as run_validate
+    from builder.errors import ValidationFailed
     spec = load_spec(file, kinds=kinds or None)
     stacks = [t for t in targets or [] if t.startswith("stack=")]
     images = [t for t in targets or [] if not t.startswith("stack=")]
@@ -204,21 +204,21 @@ def diff(targets: List[str] = typer.Argument(..., show_default=False,
                                       "bases (their keys stay provisional).")) -> None:
     """What a change to stacks.yaml does to the layer images, or what differs between two built images.
     Exit 0 when equal, 1 when different, 2 on error (so that CI can gate on it)."""
-    from .diffreport import render
-    from .errors import DiffError
+    from builder.diff.diffreport import render
+    from builder.errors import DiffError
     # Anything naming a registry or a tag (a '/' or an '@') is an image; git revisions carry neither.
     images = any("/" in t or "@" in t for t in targets)
     try:
         if as_json and markdown:
             raise DiffError("choose one of --json and --markdown")
         if images:
-            from .imagediff import diff_images
+            from builder.diff.imagediff import diff_images
             if len(targets) != 2:
                 raise DiffError(f"an image diff compares two images; {len(targets)} given")
             site = load_spec(file).site if any("/" not in t for t in targets) else None
             result = diff_images(targets[0], targets[1], site)
         else:
-            from .specdiff import diff_revisions
+            from builder.diff.specdiff import diff_revisions
             if len(targets) > 2:
                 raise DiffError(f"a spec diff compares two revisions (or one with the working tree); {len(targets)} given")
             result = diff_revisions(file, targets[0], targets[1] if len(targets) == 2 else None, registry=registry,
@@ -236,9 +236,9 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
          kinds: Optional[List[Path]] = KindsOpt,
          strict: bool = typer.Option(False, "--strict", help="Warnings are errors too.")) -> None:
     """Lint a stacks file (its values and every rendered Dockerfile) or hand-written Dockerfiles."""
-    from .findings import errors, ordered, strict as make_strict, summary
-    from .lint import dockerfiles_in, lint_dockerfile
-    from .review import review
+    from builder.rules.findings import errors, ordered, strict as make_strict, summary
+    from builder.rules.lint import dockerfiles_in, lint_dockerfile
+    from builder.rules.review import review
     found, count = [], 0
     for path in paths:
         if path.suffix in (".yaml", ".yml"):
@@ -267,9 +267,9 @@ def probe(target: str = typer.Argument(..., help="base=NAME"), file: Path = File
           kinds: Optional[List[Path]] = KindsOpt,
           docker: Optional[str] = typer.Option(None, "--docker", help="The Docker CLI to use (default: detected).")) -> None:
     """Run a base image and measure torch, CUDA, cuDNN, NCCL, Python, TE, Apex, numpy and pip's constraints."""
-    from .engine import Engine
-    from .facts import resolve
-    from .lock import probe as run_probe
+    from builder.build.engine import Engine
+    from builder.rules.facts import resolve
+    from builder.build.lock import probe as run_probe
     spec = load_spec(file, kinds=kinds or None)
     key, _, name = target.partition("=")
     if key != "base" or name not in spec.bases:
@@ -292,8 +292,8 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(None, help="base=NAME
              file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
              docker: Optional[str] = typer.Option(None, "--docker")) -> None:
     """Resolve each base's digest and measure it; write stacks.lock.yaml beside the stacks file."""
-    from .engine import Engine
-    from .lock import lock as run_lock
+    from builder.build.engine import Engine
+    from builder.build.lock import lock as run_lock
     spec = load_spec(file, kinds=kinds or None)
     names = []
     for item in targets or [f"base={b}" for b in spec.bases]:

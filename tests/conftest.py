@@ -28,7 +28,7 @@ DOCKER = "/usr/bin/docker"
 @functools.cache
 def docker_unavailable() -> str | None:
     """Why the docker tests cannot run here, or None. Asked once per session."""
-    from builder.registry import Registry
+    from builder.build.registry import Registry
     try:
         Registry(TEST_REGISTRY).ping()
     except Exception as exc:  # noqa: BLE001 - any failure means "not available"
@@ -78,15 +78,15 @@ def update_golden(request) -> bool:
 @pytest.fixture(scope="session", autouse=True)
 def _memoised_kinds():
     """Speed only: most tests load the same layer kinds dozens of times, and composing their YAML with
-    line marks dominates a load. Memoise builder.spec.load_kinds on the exact content of the folder
+    line marks dominates a load. Memoise builder.load.spec.load_kinds on the exact content of the folder
     (every path, its bytes and its mode), so a changed, added or chmod-ed file is a miss and is loaded
     for real; results are identical to loading afresh."""
     import hashlib
     import os
 
-    import builder.spec
+    import builder.load.spec
 
-    real = builder.spec.load_kinds
+    real = builder.load.spec.load_kinds
     memo: dict = {}
 
     def load_kinds(layers_dir: Path):
@@ -102,9 +102,9 @@ def _memoised_kinds():
             memo[key] = real(layers_dir)
         return memo[key]
 
-    builder.spec.load_kinds = load_kinds
+    builder.load.spec.load_kinds = load_kinds
     yield
-    builder.spec.load_kinds = real
+    builder.load.spec.load_kinds = real
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from builder.registry import Registry
+from builder.build.registry import Registry
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000")

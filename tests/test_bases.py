@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder.bases import resolve
+from builder.build.bases import resolve
 from builder.errors import RegistryError
-from builder.plan import make_plan
-from builder.spec import load_spec
+from builder.build.plan import make_plan
+from builder.load.spec import load_spec
 from conftest import REPO, run_cli
 from test_imagediff_units import FakeRegistry, config
 

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-import builder.build as build_mod
-from builder.bases import Resolved
-from builder.build import Builder
-from builder.checks import CheckResult
-from builder.hostconf import HostConf
-from builder.layout import artifact_tag, layer_repo, release_repo
-from builder.manifest import build_manifest, fetch_manifest, verdict
-from builder.plan import make_plan
-from builder.publish import PublishError, promote
-from builder.spec import load_spec
+import builder.build.pipeline as build_mod
+from builder.build.bases import Resolved
+from builder.build.pipeline import Builder
+from builder.build.checks import CheckResult
+from builder.build.hostconf import HostConf
+from builder.build.layout import artifact_tag, layer_repo, release_repo
+from builder.build.manifest import build_manifest, fetch_manifest, verdict
+from builder.build.plan import make_plan
+from builder.build.publish import PublishError, promote
+from builder.load.spec import load_spec
 
 from conftest import REPO, shipped_data, write_stacks
 
@@ -355,7 +355,7 @@ def test_record_never_stores_a_failure_in_the_registry(world, tmp_path):
     assert (b.run_dir / "manifests" / f"{node.name}-{node.short[:12]}.failed.json").exists()
     # And the registry layer itself refuses such a manifest, whoever asks.
     from builder.errors import ValidationFailed
-    from builder.manifest import push_manifest
+    from builder.build.manifest import push_manifest
     with pytest.raises(ValidationFailed, match="refusing to store a manifest with failed checks"):
         push_manifest(reg, layer_repo(spec.site.namespace, node.name), manifest)
     assert reg.puts == []

@@ -10,12 +10,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from builder.diffreport import render
+from builder.diff.diffreport import render
 from builder.errors import DiffError
-from builder.imagediff import compare, diff_images, direction, dpkg_compare, resolve
-from builder.layout import artifact_tag
-from builder.manifest import ARTIFACT_TYPE, OCI_MANIFEST
-from builder.spec import Site
+from builder.diff.imagediff import compare, diff_images, direction, dpkg_compare, resolve
+from builder.build.layout import artifact_tag
+from builder.build.manifest import ARTIFACT_TYPE, OCI_MANIFEST
+from builder.load.spec import Site
 
 DOCKER_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 
@@ -30,7 +30,7 @@ def test_dpkg_order(a, b):
 
 
 def test_directions():
-    from builder.imagediff import _python_compare
+    from builder.diff.imagediff import _python_compare
     assert direction("2.9.0", "2.13.0", _python_compare) == "upgrade"    # as versions, not as text
     assert direction("0.19.8", "0.17.6", _python_compare) == "downgrade"
     assert direction("1.0", "1.0.0", _python_compare) == "changed"

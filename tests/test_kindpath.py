@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from builder import kindpath
+from builder.load import kindpath
 from builder.errors import SpecError
-from builder.kindpath import shipped_root
-from builder.plan import make_plan
-from builder.render import render_layer
-from builder.spec import load_spec
+from builder.load.kindpath import shipped_root
+from builder.build.plan import make_plan
+from builder.build.render import render_layer
+from builder.load.spec import load_spec
 from conftest import REPO, STACKS, run_cli, shipped_data, write_stacks
 
 SHIPPED = REPO / "layers"

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import pytest
 
 from conftest import GOLDEN, STACKS, run_cli, write_stacks
-from builder.lint import lint_dockerfile, lint_rendered, lint_spec, parse
-from builder.plan import make_plan
-from builder.spec import load_spec
+from builder.rules.lint import lint_dockerfile, lint_rendered, lint_spec, parse
+from builder.build.plan import make_plan
+from builder.load.spec import load_spec
 
 NGC = "FROM nvcr.io/nvidia/pytorch:25.09-py3@sha256:" + "a" * 64 + "\n"
 
@@ -202,8 +202,8 @@ def test_the_build_gate_refuses_a_spec_lint_error_alone(tmp_path):
     """The gate every build passes runs the spec's lint beside preflight: a stack whose only error is a
     credential in stacks.yaml (IB110) is refused, and a spec-lint warning is refused under --strict."""
     from builder.errors import PreflightError
-    from builder.preflight import preflight
-    from builder.review import gate
+    from builder.rules.preflight import preflight
+    from builder.rules.review import gate
     from test_preflight import S, env, spec_data
     spec = load_spec(write_stacks(tmp_path / "token", spec_data(S("ngc2509", ["site"], runtime="e"),
                                                                  {"runtimes": {"e": env(HF_TOKEN="hf_abcdef")}})))
@@ -229,7 +229,7 @@ def test_check_lint_and_the_build_gate_judge_alike(kinds_copy):
     Dockerfile. `check` refuses it, so `lint stacks.yaml` and the build gate must refuse it too, with the
     same findings (before, the gate ran no rendered lint and `lint` no preflight)."""
     from builder.errors import PreflightError
-    from builder.review import gate
+    from builder.rules.review import gate
     root = kinds_copy("site")
     shutil.copy2(STACKS, root / "stacks.yaml")
     with (root / "layers" / "runtime-env" / "fragment.j2").open("a") as f:

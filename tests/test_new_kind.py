@@ -11,13 +11,13 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from builder.checks import judge
-from builder.facts import resolve
-from builder.imagediff import diff_images
-from builder.manifest import build_manifest
-from builder.plan import make_plan
-from builder.publish import release_tags
-from builder.spec import load_spec
+from builder.build.checks import judge
+from builder.rules.facts import resolve
+from builder.diff.imagediff import diff_images
+from builder.build.manifest import build_manifest
+from builder.build.plan import make_plan
+from builder.build.publish import release_tags
+from builder.load.spec import load_spec
 from conftest import STACKS, run_cli
 from test_imagediff_units import FakeRegistry, config
 

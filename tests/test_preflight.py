@@ -18,9 +18,9 @@ import yaml
 
 from conftest import STACKS, copy_kinds, run_cli, write_stacks
 from builder.errors import PreflightError
-from builder.findings import Finding
-from builder.preflight import RULES, preflight
-from builder.spec import load_spec
+from builder.rules.findings import Finding
+from builder.rules.preflight import RULES, preflight
+from builder.load.spec import load_spec
 
 MEGATRON = "https://github.com/NVIDIA/Megatron-LM.git"
 COMMITS = {"0.15": "0d7e02bd26d3eb347ad8d1bef625002babfa6df7", "0.16": "3bec9aa97dda898d16ff5a89bac0ed2b6682b172",
@@ -115,7 +115,7 @@ def findings(tmp_path, stack: dict, extra=None, site=None, lock=None, strict=Fal
     if lock:
         write_lock(folder, *lock)
     spec = load_spec(file)
-    from builder.lint import lint_spec
+    from builder.rules.lint import lint_spec
     return spec, preflight(spec, ["s"], strict=strict) + lint_spec(spec, ["s"])
 
 
@@ -358,9 +358,9 @@ def reported_rule_ids() -> set:
     the ids of the catalog's DeepSpeed incompatibilities."""
     import inspect
 
-    import builder.preflight
-    from builder import catalog
-    source = [line for line in inspect.getsource(builder.preflight).splitlines()
+    import builder.rules.preflight
+    from builder.rules import catalog
+    source = [line for line in inspect.getsource(builder.rules.preflight).splitlines()
               if not line.lstrip().startswith("@rule(")]
     ids = set(re.findall(r'"(IB0\d\d)"', "\n".join(source)))
     return ids | {inc.rule for inc in catalog.ds_incompatibilities()}
@@ -376,9 +376,9 @@ def test_every_reported_rule_id_has_a_failing_case_of_exactly_that_id():
 def test_every_registered_rule_has_a_failing_case(tmp_path):
     """Each registered rule, run on its own, produces the finding of at least one failing case (so that
     IB040 and IB041 are two rules, and IB030 is covered by a case that its own check reports)."""
-    from builder.facts import resolve
-    from builder.lock import load_lock
-    from builder.preflight import Ctx
+    from builder.rules.facts import resolve
+    from builder.build.lockfile import load_lock
+    from builder.rules.preflight import Ctx
 
     covered: dict = {r.id: [] for r in RULES}
     assert len(covered) == len(RULES), "two rules registered under one id"
@@ -485,7 +485,7 @@ def test_check_all_on_the_shipped_stacks_takes_under_a_second():
 
 
 def test_build_refuses_an_impossible_stack_before_touching_docker(tmp_path, monkeypatch):
-    from builder import build as build_module
+    from builder.build import pipeline as build_module
 
     def no_docker(*args, **kwargs):
         raise AssertionError("Docker must not be reached")
@@ -501,7 +501,7 @@ def test_build_refuses_an_impossible_stack_before_touching_docker(tmp_path, monk
 
 
 def test_build_lets_a_possible_stack_through_to_the_engine(monkeypatch):
-    from builder import build as build_module
+    from builder.build import pipeline as build_module
 
     class Reached(Exception):
         pass

@@ -12,12 +12,12 @@ import yaml
 
 from conftest import STACKS, run_cli
 from e2e import NS
-from builder.engine import Engine
-from builder.facts import resolve
-from builder.lock import load_lock, probe
-from builder.preflight import preflight
-from builder.registry import Registry
-from builder.spec import load_spec
+from builder.build.engine import Engine
+from builder.rules.facts import resolve
+from builder.build.lock import load_lock, probe
+from builder.rules.preflight import preflight
+from builder.build.registry import Registry
+from builder.load.spec import load_spec
 
 REGISTRY = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000")
 

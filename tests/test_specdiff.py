@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder.specdiff import diff_revisions
+from builder.diff.specdiff import diff_revisions
 from conftest import REPO
 
 PIN_V1 = "d89c5dfd761db2eb8352a3c3df6659c984547929"
@@ -319,8 +319,8 @@ def test_a_broken_revision_is_named_with_its_file_and_line(tmp_path, cli):
 
 
 def test_registry_resolves_mirrored_bases_and_finds_keys_already_built(tmp_path):
-    from builder.plan import make_plan
-    from builder.spec import load_spec
+    from builder.build.plan import make_plan
+    from builder.load.spec import load_spec
     from test_imagediff_units import FakeRegistry, config
 
     fake = FakeRegistry()

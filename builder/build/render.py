@@ -17,10 +17,10 @@ from typing import Any
 
 import jinja2
 
-from .errors import RenderError
-from .kindpath import SKELETON, Templates
-from .params import CONTROL, GitPin, WheelPin
-from .spec import LayerDef, Spec, Stack
+from builder.errors import RenderError
+from builder.load.kindpath import SKELETON, Templates
+from builder.load.params import CONTROL, GitPin, WheelPin
+from builder.load.spec import LayerDef, Spec, Stack
 
 # Instructions a fragment may not write: the skeleton owns the stage and the labels.
 FORBIDDEN = re.compile(r"^\s*(FROM|LABEL|MAINTAINER)\b", re.IGNORECASE | re.MULTILINE)

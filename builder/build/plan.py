@@ -14,12 +14,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from . import __version__
-from .kinds import CheckSpec
-from .layout import layer_repo
-from .params import GitPin, WheelPin
-from .render import CudaTargets, render_layer
-from .spec import LayerDef, Spec, Stack
+from builder import __version__
+from builder.load.kinds import CheckSpec
+from builder.build.layout import layer_repo
+from builder.load.params import GitPin, WheelPin
+from builder.build.render import CudaTargets, render_layer
+from builder.load.spec import LayerDef, Spec, Stack
 
 PLATFORM = "linux/amd64"
 KEY_LEN = 32  # hex digits kept in tags; 128 bits

@@ -14,8 +14,8 @@ import tarfile
 import io
 from pathlib import Path
 
-from .errors import SourceError
-from .params import GitPin
+from builder.errors import SourceError
+from builder.load.params import GitPin
 
 MARKER = ".imgbuild-source"   # written beside the exported tree: "<commit> <repo>", checked in the image
 

@@ -20,11 +20,11 @@ from typing import Callable, Iterable, Iterator
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
-from . import catalog
-from .facts import resolve
-from .findings import Finding
-from .spec import Spec
-from .yamlsrc import dotted
+from builder.rules import catalog
+from builder.rules.facts import resolve
+from builder.rules.findings import Finding
+from builder.load.spec import Spec
+from builder.load.yamlsrc import dotted
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
 HEX_SHORT = re.compile(r"^[0-9a-f]{7,39}\Z")
@@ -525,7 +525,7 @@ def lint_dockerfile(text: str, file: str, base_cuda: Version | None = None,
 def lint_spec(spec: Spec, stacks: Iterable[str], lock=None) -> list[Finding]:
     """Spec values: credentials (IB110), environment that sets arch lists other than the stack's gpus
     (IB105), turns off the torch constraint (IB109), or *-cuXX pins for another CUDA (IB108). lock: the
-    measured facts preflight uses (builder.review passes the same)."""
+    measured facts preflight uses (builder.rules.review passes the same)."""
     out = []
     for name in stacks:
         stack = spec.stack(name)

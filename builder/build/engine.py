@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .errors import EngineError
+from builder.errors import EngineError
 
 STEP = re.compile(r"^#\d+ (\[[^\]]+\] .*|DONE [0-9.]+s|ERROR.*|CACHED)$")
 

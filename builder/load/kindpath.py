@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .errors import SpecError
+from builder.errors import SpecError
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parent.parent   # builder/
 PACKAGED = PACKAGE / "_shipped"   # where a wheel carries layers/ and Dockerfile.j2
 SKELETON = "Dockerfile.j2"
 ENV = "IMGBUILD_KINDS"

@@ -1,7 +1,7 @@
 """stacks.lock.yaml: what each base resolved to (its digest) and what `imgbuild lock` measured inside it.
 
 Only reading lives here (plan, preflight and the base resolver read it without an engine); probing
-and writing are `builder.lock`.
+and writing are `builder.build.lock`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from .errors import SpecError
-from .spec import Spec
+from builder.errors import SpecError
+from builder.load.spec import Spec
 
 LOCK_VERSION = 1
 

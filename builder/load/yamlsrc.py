@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from .errors import SpecError
+from builder.errors import SpecError
 
 Path_ = tuple  # a key path, e.g.: ("stacks", "h100-megatron", "layers", 2)
 

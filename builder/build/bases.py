@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .errors import RegistryError
-from .lockfile import lock_digests
-from .registry import Ref, Registry
-from .spec import Spec
+from builder.errors import RegistryError
+from builder.build.lockfile import lock_digests
+from builder.build.registry import Ref, Registry
+from builder.load.spec import Spec
 
 LOOKUPS = ("all", "site", "none")
 

@@ -1,7 +1,7 @@
 """`imgbuild diff IMAGE_A IMAGE_B`: what differs between two built images, from registry metadata only.
 
 Each side costs a few small requests: the image manifest, its config blob, and the measured manifest
-imgbuild stores beside the image (builder.manifest): packages, env, ds_report ops, check results,
+imgbuild stores beside the image (builder.build.manifest): packages, env, ds_report ops, check results,
 arch coverage. No layer is ever pulled. An image without a stored manifest (built elsewhere) is still
 compared by its config (env, labels, history) and its layer list, and the result says what could not
 be compared. Versions are compared as versions, so every change has a direction.
@@ -17,12 +17,12 @@ from typing import Callable
 
 from packaging.version import InvalidVersion, Version
 
-from .errors import DiffError
-from .layout import layer_of_release, release_repo
-from .manifest import VOLATILE_ENV, fetch_manifest
-from .plan import PLATFORM
-from .registry import Ref, Registry
-from .spec import Site
+from builder.errors import DiffError
+from builder.build.layout import layer_of_release, release_repo
+from builder.build.manifest import VOLATILE_ENV, fetch_manifest
+from builder.build.plan import PLATFORM
+from builder.build.registry import Ref, Registry
+from builder.load.spec import Site
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 # What a reader of a training image looks at first: the platform (torch and what it was built with);

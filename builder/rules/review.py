@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import PreflightError
-from .findings import Finding, errors, ordered, strict as make_strict, summary
-from .lint import lint_rendered, lint_spec
-from .lockfile import Lock, load_lock
-from .plan import make_plan
-from .preflight import preflight
-from .spec import Spec
+from builder.errors import PreflightError
+from builder.rules.findings import Finding, errors, ordered, strict as make_strict, summary
+from builder.rules.lint import lint_rendered, lint_spec
+from builder.build.lockfile import Lock, load_lock
+from builder.build.plan import make_plan
+from builder.rules.preflight import preflight
+from builder.load.spec import Spec
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,15 @@ from typing import Callable
 
 import yaml
 
-from . import versions
-from .bases import resolve
-from .checks import PROBE
-from .engine import Engine
-from .errors import EngineError, ImgbuildError, SpecError
-from .lockfile import LOCK_VERSION, load_lock, lock_path
-from .spec import Spec
+from builder.load import versions
+from builder.build.bases import resolve
+from builder.build.checks import PROBE
+from builder.build.engine import Engine
+from builder.errors import EngineError, ImgbuildError, SpecError
+from builder.build.lockfile import LOCK_VERSION, load_lock, lock_path
+from builder.load.spec import Spec
 
-# The one probe (builder/checks/probe.py), run by the image's own Python; an image without Python (the
+# The one probe (builder/build/checks/probe.py), run by the image's own Python; an image without Python (the
 # mirrored Debian base) reports its OS only.
 WRAPPER = ('for p in python3 python; do if command -v "$p" >/dev/null 2>&1; then exec "$p" /imgbuild-probe.py; fi; '
            'done; . /etc/os-release 2>/dev/null; printf \'{"os": "%s-%s"}\\n\' "${ID:-unknown}" "${VERSION_ID:-}"')

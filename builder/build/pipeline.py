@@ -16,20 +16,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import __version__
-from .bases import resolve
-from .checks import CheckResult, run_checks
-from .engine import BuildRequest, Engine
-from .errors import ImgbuildError, RegistryError, SpecError, ValidationFailed
-from .hostconf import HostConf
-from .manifest import build_manifest, fetch_manifest, push_manifest, verdict
-from .layout import layer_repo
-from .plan import KEY_LEN, Node, Plan, image_ref, make_plan, sha256
-from .review import gate
-from .publish import promote
-from .registry import Registry
-from .sources import export
-from .spec import Spec
+from builder import __version__
+from builder.build.bases import resolve
+from builder.build.checks import CheckResult, run_checks
+from builder.build.engine import BuildRequest, Engine
+from builder.errors import ImgbuildError, RegistryError, SpecError, ValidationFailed
+from builder.build.hostconf import HostConf
+from builder.build.manifest import build_manifest, fetch_manifest, push_manifest, verdict
+from builder.build.layout import layer_repo
+from builder.build.plan import KEY_LEN, Node, Plan, image_ref, make_plan, sha256
+from builder.rules.review import gate
+from builder.build.publish import promote
+from builder.build.registry import Registry
+from builder.build.sources import export
+from builder.load.spec import Spec
 
 Say = Callable[[str], None]
 

@@ -11,12 +11,12 @@ import re
 import time
 from typing import Callable
 
-from .errors import ImgbuildError
-from .manifest import fetch_manifest, verdict
-from .layout import layer_repo, release_repo
-from .plan import Plan
-from .registry import Registry
-from .spec import Spec
+from builder.errors import ImgbuildError
+from builder.build.manifest import fetch_manifest, verdict
+from builder.build.layout import layer_repo, release_repo
+from builder.build.plan import Plan
+from builder.build.registry import Registry
+from builder.load.spec import Spec
 
 TAG_OK = re.compile(r"[^A-Za-z0-9_.-]")
 

@@ -10,8 +10,8 @@ import json
 import re
 from collections import Counter
 
-from .imagediff import Change, Image, ImageDiff, Section, human_size
-from .specdiff import NodeChange, SpecDiff, StackDiff
+from builder.diff.imagediff import Change, Image, ImageDiff, Section, human_size
+from builder.diff.specdiff import NodeChange, SpecDiff, StackDiff
 
 HEX = re.compile(r"\b(sha256:)?([0-9a-f]{12})[0-9a-f]{20,}\b")
 DIRECTIONS = ("upgrade", "downgrade", "added", "removed", "changed")

@@ -15,11 +15,12 @@ from typing import Any
 
 from packaging.version import Version
 
-from . import catalog, versions
-from .errors import SpecError
-from .kinds import Kind, load_kinds
-from .params import ParamError, text, type_name, version
-from .yamlsrc import Doc, load_file
+from builder.rules import catalog
+from builder.load import versions
+from builder.errors import SpecError
+from builder.load.kinds import Kind, load_kinds
+from builder.load.params import ParamError, text, type_name, version
+from builder.load.yamlsrc import Doc, load_file
 
 NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*\Z")  # \Z: "$" would accept a trailing newline
 IMAGE_REF = re.compile(r"^(?:\{registry\}/)?[a-zA-Z0-9][a-zA-Z0-9._:/-]*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?\Z")
@@ -346,11 +347,11 @@ class _Loader:
 
 
 def load_spec(file: str | Path, root: str | Path | None = None, kinds: Any = None) -> Spec:
-    """Load stacks.yaml and its layer kinds: the shipped ones (builder.kindpath.shipped_root), plus the
+    """Load stacks.yaml and its layer kinds: the shipped ones (builder.load.kindpath.shipped_root), plus the
     site's. root is the site folder (default: the stacks file's): its layers/ adds kinds, its
     Dockerfile.j2 (if any) replaces the skeleton. kinds: more kind folders, highest priority first
     (default $IMGBUILD_KINDS). A site kind with the name of a shipped one overrides it."""
-    from .kindpath import find_kinds
+    from builder.load.kindpath import find_kinds
     file = Path(file)
     site_dir = Path(root) if root is not None else file.resolve().parent
     kinds = find_kinds(site_dir, None if kinds is None else [Path(k) for k in kinds], load_kinds)

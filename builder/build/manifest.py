@@ -12,12 +12,12 @@ import json
 import time
 from dataclasses import asdict
 
-from . import __version__
-from .checks import CheckResult, parse_ds_report
-from .errors import ValidationFailed
-from .layout import artifact_tag
-from .versions import measured as measured_versions
-from .registry import Registry
+from builder import __version__
+from builder.build.checks import CheckResult, parse_ds_report
+from builder.errors import ValidationFailed
+from builder.build.layout import artifact_tag
+from builder.load.versions import measured as measured_versions
+from builder.build.registry import Registry
 
 SCHEMA = "imgbuild.manifest/v1"
 ARTIFACT_TYPE = "application/vnd.imgbuild.manifest.v1+json"

@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import RegistryError
+from builder.errors import RegistryError
 
 MANIFEST_TYPES = (
     "application/vnd.oci.image.manifest.v1+json",

@@ -18,14 +18,14 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .bases import resolve
-from .errors import DiffError, ImgbuildError
-from .layout import layer_repo, release_repo
-from .params import GitPin, WheelPin
-from .plan import Node, Plan, image_ref, make_plan
-from .registry import Registry
-from .render import CudaTargets
-from .spec import LayerDef, Spec, Stack, load_spec
+from builder.build.bases import resolve
+from builder.errors import DiffError, ImgbuildError
+from builder.build.layout import layer_repo, release_repo
+from builder.load.params import GitPin, WheelPin
+from builder.build.plan import Node, Plan, image_ref, make_plan
+from builder.build.registry import Registry
+from builder.build.render import CudaTargets
+from builder.load.spec import LayerDef, Spec, Stack, load_spec
 
 WORKING_TREE = "working tree"
 # The inputs of a content key in the order a reviewer wants them; the parent last, since it only

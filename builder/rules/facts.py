@@ -17,12 +17,13 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import catalog, versions
-from .params import GitPin, WheelPin
-from .spec import Base, LayerDef, Spec, Stack
+from builder.rules import catalog
+from builder.load import versions
+from builder.load.params import GitPin, WheelPin
+from builder.load.spec import Base, LayerDef, Spec, Stack
 
 ORIGINS = ("measured", "declared", "catalog")
-# Facts of a base that the probe measures beside the versions (builder.versions: the platform's and every
+# Facts of a base that the probe measures beside the versions (builder.load.versions: the platform's and every
 # kind's). Each is replaced one by one by the most trusted origin that has it (measured > declared > catalog).
 PROBED = ("torch_cuda", "torch_archs", "nvcc", "pydantic", "pip_constraint", "os")
 

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import SpecError
-from .params import TYPES, ParamError, ParamSpec
-from .yamlsrc import Doc, dotted, load_file
+from builder.errors import SpecError
+from builder.load.params import TYPES, ParamError, ParamSpec
+from builder.load.yamlsrc import Doc, dotted, load_file
 
 ROLES = ("base", "layer", "project", "runtime")
 CUDA_MODES = ("never", "always", "if-base-cuda")
-# The in-image check types that builder.checks knows how to run. Kept here so a typo in a
+# The in-image check types that builder.build.checks knows how to run. Kept here so a typo in a
 # kind.yaml fails at load time, not after an hour of building.
 CHECK_TYPES = ("import", "dist-version", "pip-check", "ds-report", "env", "python", "command",
                "source-commit", "torch-unchanged")

@@ -1,6 +1,6 @@
 """Preflight: refuse impossible stacks in seconds, before anything is built.
 
-Each rule is a small function registered with its id; it reads the stack's facts (builder.facts:
+Each rule is a small function registered with its id; it reads the stack's facts (builder.rules.facts:
 measured, then declared, then catalog) and returns findings that name the stack, the key in
 stacks.yaml, the rule and the source of every fact behind it. A rule that needs a fact nobody knows
 says so (severity unknown) instead of guessing. Nothing here touches Docker or the network.
@@ -15,14 +15,15 @@ from typing import Callable, Iterable, Iterator
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from . import catalog, versions
-from .catalog import Known, driver_tuple
-from .facts import ORIGINS, Fact, StackFacts, major_minor, resolve
-from .findings import Finding, ordered, strict as make_strict
-from .lint import ARCH_VARIANT
-from .lockfile import load_lock
-from .spec import LayerDef, Spec, Stack
-from .yamlsrc import dotted
+from builder.rules import catalog
+from builder.load import versions
+from builder.rules.catalog import Known, driver_tuple
+from builder.rules.facts import ORIGINS, Fact, StackFacts, major_minor, resolve
+from builder.rules.findings import Finding, ordered, strict as make_strict
+from builder.rules.lint import ARCH_VARIANT
+from builder.build.lockfile import load_lock
+from builder.load.spec import LayerDef, Spec, Stack
+from builder.load.yamlsrc import dotted
 
 @dataclass(frozen=True)
 class Rule:
@@ -385,7 +386,7 @@ def megatron(ctx: Ctx) -> Iterator[Finding]:
     rel = catalog.megatron_release(version=fact.value)
     if rel is None:
         yield ctx.unknown("IB060", key, f"megatron-core {fact.value} is not in the catalog: its Python and torch "
-                          "requirements are not known", fix="add the release to builder/data/catalog.yaml")
+                          "requirements are not known", fix="add the release to builder/rules/data/catalog.yaml")
         return
     known = Known(rel.version, rel.source, rel.verified)
     pinned = dict(layer.params)["source"].commit
@@ -495,7 +496,7 @@ def base_facts(ctx: Ctx) -> Iterator[Finding]:
 # -- running the rules ------------------------------------------------------------------------------
 
 def preflight(spec: Spec, stacks: Iterable[str], lock=None, strict: bool = False) -> list[Finding]:
-    """Findings of every rule for the named stacks; lock: a builder.lock.Lock, else the lock file beside
+    """Findings of every rule for the named stacks; lock: a builder.build.lock.Lock, else the lock file beside
     the spec is read when there is one. strict: warnings become errors."""
     lock = lock if lock is not None else load_lock(spec.file)
     out: list[Finding] = []

@@ -1,0 +1,1 @@
+"""`imgbuild diff`: two revisions of the spec (specdiff), two images (imagediff), and their reports."""
