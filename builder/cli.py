@@ -16,10 +16,16 @@ from builder import __version__
 from builder.errors import ImgbuildError, Interrupted, PreflightError, SpecError
 from builder.build.plan import KEY_LEN, image_ref, make_plan
 from builder.load.spec import Spec, load_spec
+from builder.redact import redact
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Declared, pinned, validated GPU training images from one stacks.yaml.")
 STATE = {"debug": False}
+
+
+def echo(text: object = "", err: bool = False) -> None:
+    """Everything a command prints goes through here: credentials in URLs are redacted (***)."""
+    typer.echo(redact(str(text)), err=err)
 
 FileOpt = typer.Option(Path(os.environ.get("IMGBUILD_STACKS", "stacks.yaml")), "--file", "-f",
                        help="The stacks file (default: ./stacks.yaml, or $IMGBUILD_STACKS).")
@@ -33,7 +39,7 @@ KindsOpt = typer.Option(None, "--kinds", show_default=False,
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"imgbuild {__version__}")
+        echo(f"imgbuild {__version__}")
         raise typer.Exit()
 
 
@@ -72,14 +78,14 @@ def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_ or not selectors)
     for line in spec.kinds.describe({d.kind.name for n in names for d in spec.stack(n).chain}):
-        typer.echo(line)   # where each kind used (and the skeleton) came from: shipped or site
+        echo(line)   # where each kind used (and the skeleton) came from: shipped or site
     result = review(spec, names, strict)
     for finding in result.findings:
-        typer.echo(finding.render())
+        echo(finding.render())
     if result.errors():
         raise PreflightError(f"{file}: {result.summary} in {len(names)} stack(s) ({result.facts})",
                              hint="each finding names its key, rule and fact; --strict also fails on warnings")
-    typer.echo(f"ok: {file}: {len(names)} stack(s), {result.nodes} layer node(s) rendered; preflight and lint: "
+    echo(f"ok: {file}: {len(names)} stack(s), {result.nodes} layer node(s) rendered; preflight and lint: "
                f"{result.summary} ({result.facts})")
 
 
@@ -88,19 +94,21 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
            kinds: Optional[List[Path]] = KindsOpt,
            out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write STACK/NN-LAYER.Dockerfile files here.")) -> None:
     """Print (or write) the rendered Dockerfile of every layer of the selected stacks."""
+    from builder.build.outdir import OutDir
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
     plan = make_plan(spec, names)
+    if out:
+        # Never through a link, never over a file; each file written whole (temporary name, then rename).
+        with OutDir(out) as folder:
+            for name in names:
+                for i, node in enumerate(plan.chain(name)):
+                    echo(str(folder.write(name, f"{i:02d}-{node.name}.Dockerfile", node.dockerfile)))
+        return
     for name in names:
         for i, node in enumerate(plan.chain(name)):
-            if out:
-                path = out / name / f"{i:02d}-{node.name}.Dockerfile"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(node.dockerfile)
-                typer.echo(str(path))
-            else:
-                typer.echo(f"# ==== {name} / {i:02d} {node.name} (key {node.short})")
-                typer.echo(node.dockerfile)
+            echo(f"# ==== {name} / {i:02d} {node.name} (key {node.short})")
+            echo(node.dockerfile)
 
 
 @app.command()
@@ -117,24 +125,24 @@ def plan(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_:
     bases = resolve(spec, names, lookup="none" if offline else "site")
     result = make_plan(spec, names, bases.digests)
     if as_json:
-        typer.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
+        echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
         return
     for base, why in sorted(bases.unresolved.items()):
-        typer.echo(f"note: base {base}: {why}; its keys are provisional until `imgbuild lock` records its digest "
+        echo(f"note: base {base}: {why}; its keys are provisional until `imgbuild lock` records its digest "
                    "or `imgbuild build` resolves it")
     for name in names:
         stack = spec.stack(name)
-        typer.echo(f"{name}  (base {stack.base.ref(spec.site)}; gpus {','.join(g.name for g in stack.gpus) or 'none'})")
+        echo(f"{name}  (base {stack.base.ref(spec.site)}; gpus {','.join(g.name for g in stack.gpus) or 'none'})")
         for node in result.chain(name):
             shared = [s for s in result.users[node.key] if s != name]
-            typer.echo(f"  {node.short}  {node.name:<22} {node.layer.kind.name:<18}"
+            echo(f"  {node.short}  {node.name:<22} {node.layer.kind.name:<18}"
                        + (f" shared with {', '.join(shared)}" if shared else ""))
             if explain:
-                typer.echo(f"      image {image_ref(spec, node)}")
+                echo(f"      image {image_ref(spec, node)}")
                 for key, value in sorted(node.inputs.items()):
                     if value:
-                        typer.echo(f"      {key}: {json.dumps(value, sort_keys=True)}")
-    typer.echo(f"{len(result.nodes)} distinct layer image(s) for {len(names)} stack(s); keys are "
+                        echo(f"      {key}: {json.dumps(value, sort_keys=True)}")
+    echo(f"{len(result.nodes)} distinct layer image(s) for {len(names)} stack(s); keys are "
                f"sha256 over the inputs shown with --explain (first {KEY_LEN} hex digits in tags)")
 
 
@@ -148,12 +156,12 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
     from builder.build.pipeline import build as run_build
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
-    report = run_build(spec, names, say=lambda line: typer.echo(line), docker=docker, date=date)
+    report = run_build(spec, names, say=lambda line: echo(line), docker=docker, date=date)
     built = sum(1 for r in report.nodes.values() if r.action == "build")
-    typer.echo(f"ok: {len(names)} stack(s) released; {built} layer image(s) built, "
+    echo(f"ok: {len(names)} stack(s) released; {built} layer image(s) built, "
                f"{len(report.nodes) - built} reused; report {report.run_dir}/report.json")
     if as_json:
-        typer.echo(Path(report.run_dir, "report.json").read_text())
+        echo(Path(report.run_dir, "report.json").read_text())
 
 
 @app.command()
@@ -166,8 +174,8 @@ def release(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, al
     from builder.build.pipeline import release as run_release
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
-    moved = run_release(spec, names, say=lambda line: typer.echo(line), date=date)
-    typer.echo(f"ok: {len(moved)} stack(s) released")
+    moved = run_release(spec, names, say=lambda line: echo(line), date=date)
+    echo(f"ok: {len(moved)} stack(s) released")
 
 
 @app.command()
@@ -181,9 +189,9 @@ def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAM
     stacks = [t for t in targets or [] if t.startswith("stack=")]
     images = [t for t in targets or [] if not t.startswith("stack=")]
     names = select(spec, stacks, False) if stacks or not images else []
-    if not run_validate(spec, names, images, say=lambda line: typer.echo(line), docker=docker):
+    if not run_validate(spec, names, images, say=lambda line: echo(line), docker=docker):
         raise ValidationFailed("checks failed (see above); nothing was tagged")
-    typer.echo("ok: every check passed or was skipped with its reason")
+    echo("ok: every check passed or was skipped with its reason")
 
 
 def _interrupt(signum, frame) -> None:
@@ -227,7 +235,7 @@ def diff(targets: List[str] = typer.Argument(..., show_default=False,
         raise
     except ImgbuildError as exc:
         raise DiffError(f"{exc.label}: {exc.message}", hint=exc.hint) from exc
-    typer.echo(render(result, "json" if as_json else "markdown" if markdown else "table"))
+    echo(render(result, "json" if as_json else "markdown" if markdown else "table"))
     raise SystemExit(1 if result.different else 0)
 
 
@@ -256,10 +264,10 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
             count += 1
     found = ordered(make_strict(found) if strict else found)
     for finding in found:
-        typer.echo(finding.render())
+        echo(finding.render())
     if errors(found):
         raise PreflightError(f"lint: {summary(found)} in {count} file(s)")
-    typer.echo(f"ok: {count} file(s) linted: {summary(found)}")
+    echo(f"ok: {count} file(s) linted: {summary(found)}")
 
 
 @app.command()
@@ -279,12 +287,12 @@ def probe(target: str = typer.Argument(..., help="base=NAME"), file: Path = File
     measured = run_probe(Engine.detect(docker), ref, spec.kinds.values())
     users = [s for s in spec.stacks.values() if s.base.name == name]
     known = resolve(spec, users[0], lock=None).options if users else {}
-    typer.echo(f"{name}: {ref}")
+    echo(f"{name}: {ref}")
     for fact, value in measured.items():
         other = "; ".join(f"{f.origin} {f.value}" for f in known.get(fact, []))
-        typer.echo(f"  {fact}: {value if value is not None else 'not installed'}" + (f"   ({other})" if other else ""))
+        echo(f"  {fact}: {value if value is not None else 'not installed'}" + (f"   ({other})" if other else ""))
     if "python" not in measured:
-        typer.echo("  (no Python in the image: Python, torch and the rest are unknown, not absent)")
+        echo("  (no Python in the image: Python, torch and the rest are unknown, not absent)")
 
 
 @app.command(name="lock")
@@ -301,11 +309,11 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(None, help="base=NAME
         if key != "base" or name not in spec.bases:
             raise SpecError(f"cannot read {item!r}: name bases as base=NAME", hint="bases: " + ", ".join(spec.bases))
         names.append(name)
-    path, failures = run_lock(spec, names, Engine.detect(docker), say=lambda line: typer.echo(line))
+    path, failures = run_lock(spec, names, Engine.detect(docker), say=lambda line: echo(line))
     if failures:
         raise failures[0].__class__(f"{len(failures)} of {len(names)} base(s) not locked (see above); {path} "
                                     "holds the others", hint=failures[0].hint)
-    typer.echo(f"ok: {path}: {len(names)} base(s) locked")
+    echo(f"ok: {path}: {len(names)} base(s) locked")
 
 
 def main() -> None:
@@ -315,11 +323,11 @@ def main() -> None:
         code = app(standalone_mode=False)
     except ImgbuildError as exc:
         if STATE["debug"]:
-            traceback.print_exc()
-        typer.echo(exc.render(), err=True)
+            echo(traceback.format_exc().rstrip("\n"), err=True)
+        echo(exc.render(), err=True)
         sys.exit(exc.exit_code)
     except (Interrupted, KeyboardInterrupt):
-        typer.echo("interrupted: the running step was stopped (release tags move only at the very end of a build)", err=True)
+        echo("interrupted: the running step was stopped (release tags move only at the very end of a build)", err=True)
         sys.exit(130)
     except (typer.Exit, SystemExit) as exc:
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))
@@ -332,7 +340,7 @@ def main() -> None:
             sys.exit(exc.exit_code)
         if STATE["debug"]:
             raise
-        typer.echo(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
+        echo(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
         sys.exit(70)
     if isinstance(code, int) and code:   # with standalone_mode=False typer returns an Exit's code, not raise it
         sys.exit(code)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from builder.redact import redact
+
 
 class ImgbuildError(Exception):
     """Base of every error imgbuild reports to a user (never shown with a traceback unless --debug)."""
@@ -15,10 +17,12 @@ class ImgbuildError(Exception):
         self.hint = hint
 
     def render(self) -> str:
+        """The message as printed: the one place errors are shown, so the one place they are redacted
+        (a URL's credentials become ***, whatever value a message quotes)."""
         text = f"{self.label}: {self.message}"
         if self.hint:
             text += f"\n  hint: {self.hint}"
-        return text
+        return redact(text)
 
 
 class SpecError(ImgbuildError):

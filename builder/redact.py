@@ -1,0 +1,33 @@
+"""One redaction of credentials for everything imgbuild prints: errors, logs, render, plan and diff
+(table, JSON, Markdown). A URL's user information becomes *** (`https://***@host/...`), and so does a
+bare `user:password@host`. stacks.yaml refuses credentials in URLs at load (they come from the netrc
+secret, $IMGBUILD_NETRC); this is the second line, for text that did not come through the loader
+(an old revision in a diff, a message quoting a refused value, a tool's error output).
+"""
+
+from __future__ import annotations
+
+import re
+
+# scheme://USERINFO@ : the user information of a URL, up to the first / (and never across a space or quote)
+_URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/\s@]+)@")
+# user:password@host with no scheme, starting at a word boundary; not NAME:TAG@sha256:... (an image digest)
+_BARE_USERINFO = re.compile(r"(?<![\w.+/:@%-])[^\s/@:'\"<>`]+:[^\s/@'\"<>`]*@(?!sha256:|sha384:|sha512:)")
+MASK = "***"
+
+
+def _url(match: re.Match) -> str:
+    scheme, userinfo = match.group(1), match.group(2)
+    if scheme.lower().rstrip(":/").endswith("ssh") and ":" not in userinfo:
+        return match.group(0)   # ssh://git@host: a login name, not a secret (keys come from the agent)
+    return f"{scheme}{MASK}@"
+
+
+def redact(text: str) -> str:
+    """text with every credential in a URL replaced by ***; anything else unchanged."""
+    if "@" not in text:
+        return text
+    return _BARE_USERINFO.sub(MASK + "@", _URL_USERINFO.sub(_url, text))
+
+
+__all__ = ["redact", "MASK"]
