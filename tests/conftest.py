@@ -96,6 +96,9 @@ def _memoised_kinds():
                 dirs.sort()
                 for name in sorted(names):
                     f = Path(root) / name
+                    if f.is_symlink() or not f.is_file():  # hostile kinds: a link, a fifo, /dev/zero
+                        h.update(f"{f}\0link:{os.readlink(f) if f.is_symlink() else 'special'}\0".encode())
+                        continue
                     h.update(f"{f}\0{os.access(f, os.X_OK)}\0".encode() + f.read_bytes())
         key = h.hexdigest()
         if key not in memo:

@@ -264,12 +264,23 @@ def shell_words(text: str) -> list[str]:
     return shlex.split(text)  # raises on unbalanced quotes
 
 
+# Points whose values have a grammar (issue 10): an apt package name, a git URL. Every EVIL value is
+# refused when the spec loads, before anything renders (tests/test_hostile_values.py has the messages).
+REFUSED_AT_LOAD = {"apt-package", "deepspeed-apt", "git-repo-label"}
+
+
 @pytest.mark.parametrize("value", EVIL)
 @pytest.mark.parametrize("point", sorted(INJECTION_POINTS))
 def test_hostile_values_do_not_change_the_instructions(tmp_path, point, value, harmless):
+    from builder.errors import SpecError
     mutate, stack, layer, expect = INJECTION_POINTS[point]
     evil = shipped_data()
     mutate(evil, value)
+    if point in REFUSED_AT_LOAD:
+        assert harmless(point)  # the same point with a plain value renders
+        with pytest.raises(SpecError):
+            render_one(tmp_path, evil, stack, layer)
+        return
     a = harmless(point)
     b = render_one(tmp_path, evil, stack, layer)
     assert a != b

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ CHECK_TYPES = ("import", "dist-version", "pip-check", "ds-report", "env", "pytho
 KIND_KEYS = {"description", "role", "base_family", "needs", "provides", "compiles_cuda",
              "compiles_cuda_param", "params", "checks", "versions"}
 VERSION_FIELD = re.compile(r"^[a-z][a-z0-9_]*\Z")      # a {field} of tag templates and a fact name
+KIND_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # a folder under layers/; \Z: no trailing newline
 DIST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 PARAM_KEYS = {"type", "required", "default", "choices", "doc"}
 CHECK_KEYS = {"id", "check", "gpu", "args", "doc"}
@@ -83,20 +85,52 @@ def _unknown(doc: Doc, path: tuple, mapping: dict, allowed: set) -> None:
 
 
 def _hash_files(folder: Path) -> tuple:
+    """(relative path, sha256, mode) of every file under files/. Only regular files and folders, never
+    a symbolic link (it could point out of the kind, at nothing, at itself, or at /dev/zero) nor a
+    device, fifo or socket: each is refused naming the file. Files are opened with O_NOFOLLOW and
+    checked again once open, so nothing swapped in between is read."""
     out = []
-    if folder.is_dir():
-        for root, dirs, names in os.walk(folder):
-            dirs.sort()
-            for name in sorted(names):
-                path = Path(root) / name
-                rel = path.relative_to(folder.parent).as_posix()
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
-                mode = "755" if os.access(path, os.X_OK) else "644"
-                out.append((rel, digest, mode))
+    if folder.is_symlink():
+        raise SpecError("is a symbolic link; a kind's files/ must be a folder inside the kind", file=str(folder))
+    if not folder.is_dir():
+        return ()
+    for root, dirs, names in os.walk(folder):
+        dirs.sort()
+        for name in sorted(dirs) + sorted(names):
+            path = Path(root) / name
+            if not name.isprintable():
+                raise SpecError(f"{name!r}: a file name in files/ may hold no control character",
+                                file=repr(str(path)))
+            if path.is_symlink():
+                raise SpecError(f"is a symbolic link (to {os.readlink(path)!r}); a kind's files/ holds only "
+                                "regular files inside the kind folder", file=str(path),
+                                hint="copy the file into files/ instead of linking it")
+        for name in sorted(names):
+            path = Path(root) / name
+            rel = path.relative_to(folder.parent).as_posix()
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+            except OSError as exc:
+                raise SpecError(f"cannot read: {exc.strerror}", file=str(path)) from None
+            with os.fdopen(fd, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    raise SpecError("is not a regular file (a device, fifo or socket); a kind's files/ holds "
+                                    "only regular files", file=str(path))
+                digest = hashlib.sha256()
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(chunk)
+            mode = "755" if st.st_mode & 0o111 else "644"
+            out.append((rel, digest.hexdigest(), mode))
     return tuple(out)
 
 
 def load_kind(folder: Path) -> Kind:
+    if not KIND_NAME.match(folder.name):
+        # repr: a name holding a control character must not break (or forge) the message
+        raise SpecError(f"{folder.name!r} is not a valid kind name: use lowercase letters, digits and . _ - "
+                        "(it becomes part of image names and labels)", file=repr(str(folder.parent))
+                        if not str(folder.parent).isprintable() else str(folder.parent))
     doc = load_file(folder / "kind.yaml")
     data = doc.data
     _require(doc, (), data, dict, "a mapping")
@@ -116,6 +150,8 @@ def load_kind(folder: Path) -> Kind:
         _require(doc, path, pdef, dict, "a mapping with a type")
         _unknown(doc, path, pdef, PARAM_KEYS)
         ptype = pdef.get("type")
+        if pname == "apt" and ptype == "list":
+            ptype = "apt"   # an apt list of an older site kind gets the Debian package name grammar too
         if ptype not in TYPES:
             raise doc.error(path + ("type",), f"{ptype!r} is not a parameter type", hint="allowed: " + ", ".join(TYPES))
         spec = ParamSpec(name=pname, type=ptype, required=bool(pdef.get("required", False)),

@@ -15,11 +15,30 @@ from typing import Any, Callable
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path")
+TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt")
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")  # \Z: "$" would accept a trailing newline
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# A Debian package name (Debian policy 5.6.1), an optional :ARCH, an optional =VERSION (policy 5.6.12).
+# Never starting with '-': apt-get reads options after the command word, and -oDPkg::Pre-Invoke::=CMD
+# is a shell command apt runs as root.
+DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(?::[a-z0-9-]+)?(?:=[0-9][A-Za-z0-9.+~:-]*)?\Z")
+# Git URLs: https, ssh://, scp-like USER@HOST:PATH, and file:///ABSOLUTE/PATH.git (a local mirror).
+# Nothing else: no transport helpers (ext::, fd::), no plain http, no option-like value.
+_HOST = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+_GIT_PATH = r"[A-Za-z0-9._~%+-]+(?:/[A-Za-z0-9._~%+-]+)*/?"
+_LOGIN = r"[A-Za-z_][A-Za-z0-9_.-]*"
+GIT_URLS = (
+    re.compile(rf"^https://{_HOST}(?::[0-9]{{1,5}})?/{_GIT_PATH}\Z"),
+    re.compile(rf"^ssh://(?:{_LOGIN}@)?{_HOST}(?::[0-9]{{1,5}})?/{_GIT_PATH}\Z"),
+    re.compile(rf"^{_LOGIN}@{_HOST}:(?![/-]){_GIT_PATH}\Z"),
+    re.compile(rf"^file:///{_GIT_PATH}\.git/?\Z"),
+)
+GIT_URL_HINT = ("allowed: https://HOST/PATH, ssh://[USER@]HOST/PATH, USER@HOST:PATH, "
+                "file:///ABSOLUTE/PATH.git")
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)@")
+NETRC = "credentials come from the netrc secret ($IMGBUILD_NETRC), never from stacks.yaml"
 
 
 class ParamError(Exception):
@@ -166,15 +185,39 @@ def _git(spec: ParamSpec, value: Any) -> GitPin:
         if key not in value:
             raise ParamError(f"missing {key!r}", (key,))
     try:
-        repo = text(value["repo"])
+        repo = git_url(value["repo"])
     except ParamError as exc:
-        raise ParamError(exc.reason, ("repo",)) from None
+        raise ParamError(exc.reason, ("repo",), exc.hint) from None
     commit = value["commit"]
     if not isinstance(commit, str) or not SHA40.match(commit):
         raise ParamError(f"{commit!r} is not a full 40-hex commit sha; branches, tags and short hashes "
                          "float or collide", ("commit",),
                          hint="pin the commit: git rev-parse 'TAG^{commit}'")
     return GitPin(repo, commit)
+
+
+def git_url(value: Any) -> str:
+    """A git repository URL from the allowlist (GIT_URLS), with no credentials in it. The value is never
+    quoted whole in a refusal that may hold a secret."""
+    url = text(value, "a git URL")
+    userinfo = _USERINFO.match(url)
+    if userinfo and (userinfo.group(1).lower() != "ssh" or ":" in userinfo.group(2)):
+        raise ParamError(f"the URL holds credentials (user information before '@'): {NETRC}",
+                         hint="write the URL without them, e.g. https://HOST/PATH")
+    if not any(p.match(url) for p in GIT_URLS) or ".." in url.split("/"):
+        from builder.redact import redact
+        raise ParamError(f"{redact(url)!r} is not a git URL", hint=GIT_URL_HINT)
+    return url
+
+
+def _apt(spec: ParamSpec, value: Any) -> tuple:
+    """Debian package names, each with an optional =VERSION: never an apt-get option."""
+    out = _list(spec, value)
+    for i, item in enumerate(out):
+        if not DEB_PACKAGE.match(item):
+            raise ParamError(f"{item!r} is not a Debian package name (NAME or NAME=VERSION: lower case letters, "
+                             "digits and + . -, starting with a letter or digit)", (i,))
+    return out
 
 
 def _requirements(spec: ParamSpec, value: Any) -> tuple:
@@ -192,6 +235,10 @@ def _requirements(spec: ParamSpec, value: Any) -> tuple:
             raise ParamError(f"{item!r} is not a valid requirement: {exc}", (i,)) from None
         if req.url or len(req.specifier) != 1 or next(iter(req.specifier)).operator != "==":
             raise ParamError(f"{raw!r} is not pinned; write NAME==VERSION", (i,))
+        if next(iter(req.specifier)).version.endswith(".*"):
+            # Refused everywhere (check, render, plan, build): one behaviour, decided at load.
+            raise ParamError(f"{raw!r}: a wildcard is a range, pin an exact version", (i,),
+                             hint="write NAME==VERSION, e.g. numpy==2.1.3")
         if CONTROL.search(str(req)):  # packaging unescapes marker strings: '\\b' becomes a backspace
             raise ParamError(f"{raw!r}: control characters (newline, tab, ...) are not allowed", (i,))
         out.append(str(req))
@@ -214,6 +261,6 @@ def _wheel(spec: ParamSpec, value: Any) -> WheelPin:
 
 _CONVERTERS: dict[str, Callable[[ParamSpec, Any], Any]] = {
     "str": _str, "int": _int, "bool": _bool, "version": _version, "enum": _enum, "list": _list,
-    "map": _map, "git": _git, "requirements": _requirements, "wheel": _wheel, "path": _path,
+    "map": _map, "git": _git, "requirements": _requirements, "wheel": _wheel, "path": _path, "apt": _apt,
 }
 assert set(_CONVERTERS) == set(TYPES)

@@ -21,11 +21,19 @@ from builder.errors import SpecError
 from builder.load.kinds import Kind, load_kinds
 from builder.load.params import ParamError, text, type_name, version
 from builder.load.yamlsrc import Doc, load_file
+from builder.redact import redact
 
 NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*\Z")  # \Z: "$" would accept a trailing newline
-IMAGE_REF = re.compile(r"^(?:\{registry\}/)?[a-zA-Z0-9][a-zA-Z0-9._:/-]*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?\Z")
+# The OCI distribution grammar (distribution/reference): a registry host[:port], path components of
+# lower case letters and digits joined by . _ __ or dashes, an optional tag. No '..', no '//', nothing
+# starting with '-'. `{registry}` stands for the site registry.
+_DOMAIN = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])(?:\.(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9]))*"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]*)[a-z0-9]+)*"
+TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
+IMAGE_REF = re.compile(rf"^(?:\{{registry\}}/|{_DOMAIN}(?::[0-9]+)?/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+                       r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?\Z")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
-REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]+)?\Z")
+REGISTRY = re.compile(rf"^{_DOMAIN}(?::[0-9]{{1,5}})?\Z")
 DRIVER = re.compile(r"^[0-9]{3}(?:\.[0-9]{1,3}){0,2}\Z")  # an NVIDIA Linux driver: 580, 580.65, 580.65.06
 FAMILIES = ("ngc-pytorch", "debian")
 DEFAULT_TAGS = ("{stack}", "{stack}-{date}")
@@ -159,6 +167,11 @@ class _Loader:
         except ParamError as exc:
             raise self.err(path, exc.reason) from None
 
+    def free_text(self, path: tuple, value: Any) -> str:
+        """A description or note: any text, but no control character (a newline would print as a line of
+        its own: a forged log line or finding)."""
+        return "" if value is None else self.string(path, value)
+
     def name(self, path: tuple, value: str) -> str:
         if not NAME.match(value):
             raise self.err(path, f"{value!r} is not a valid name: use lowercase letters, digits and . _ - "
@@ -176,7 +189,10 @@ class _Loader:
         raw = self.mapping(("site",), data.get("site", {}), SITE_KEYS)
         registry = self.string(("site", "registry"), raw.get("registry", DEFAULT_REGISTRY))
         if not REGISTRY.match(registry):
-            raise self.err(("site", "registry"), f"{registry!r} is not a registry host[:port]")
+            raise self.err(("site", "registry"), f"{redact(registry)!r} is not a registry host[:port]",
+                           hint="credentials come from the netrc secret ($IMGBUILD_NETRC)" if "@" in registry
+                           else None)
+        self.free_text(("site", "description"), raw.get("description"))
         namespace = self.string(("site", "namespace"), raw.get("namespace", DEFAULT_NAMESPACE))
         if not all(NAME.match(p) for p in namespace.split("/")):
             raise self.err(("site", "namespace"), f"{namespace!r} is not a valid repository path")
@@ -198,8 +214,10 @@ class _Loader:
         raw = self.mapping(path, raw, BASE_KEYS)
         image = self.string(path + ("image",), self.required(path, raw, "image"))
         if "@" in image or not IMAGE_REF.match(image):
-            raise self.err(path + ("image",), f"{image!r} is not an image reference (name:tag; put the digest "
-                           "under 'digest')")
+            raise self.err(path + ("image",), f"{redact(image)!r} is not an image reference (name:tag; put the "
+                           "digest under 'digest')",
+                           hint="[REGISTRY/]PATH[:TAG]: path components of lower case letters and digits joined "
+                                "by . _ or -")
         digest = raw.get("digest")
         if digest is not None and (not isinstance(digest, str) or not DIGEST.match(digest)):
             raise self.err(path + ("digest",), f"{digest!r} is not a digest (sha256: and 64 hex digits)")
@@ -214,12 +232,15 @@ class _Loader:
                 provides[key] = text(value) if key == "os" else version(value)
             except ParamError as exc:
                 raise self.err(path + ("provides", key), exc.reason) from None
+        self.free_text(path + ("description",), raw.get("description"))
         return Base(name=name, image=image, digest=digest, family=family,
-                    provides=tuple(sorted(provides.items())), source=str(raw.get("source", "")))
+                    provides=tuple(sorted(provides.items())),
+                    source=self.free_text(path + ("source",), raw.get("source")))
 
     def layer(self, section: str, name: str, raw: Any) -> LayerDef:
         path = (section, name)
         raw = self.mapping(path, raw, LAYER_KEYS)
+        self.free_text(path + ("description",), raw.get("description"))
         kind_name = self.required(path, raw, "kind")
         if not isinstance(kind_name, str) or kind_name not in self.kinds:
             raise self.err(path + ("kind",), f"unknown layer kind {kind_name!r}",
@@ -313,7 +334,14 @@ class _Loader:
                                    hint="allowed: " + ", ".join("{%s}" % f for f in tag_fields))
             if not re.fullmatch(r"[A-Za-z0-9_.{}-]+", tag):
                 raise self.err(path + ("tags", i), f"{tag!r} has characters a Docker tag cannot hold")
-        stack = Stack(name=name, description=str(raw.get("description", "")), base=base, chain=tuple(chain),
+            example = re.sub(r"\{([^}]*)\}", lambda m: {"stack": name, "date": "2025.01.31"}.get(m.group(1), "1.0.0"), tag)
+            if not TAG.match(example):
+                raise self.err(path + ("tags", i), f"{tag!r} can never be a valid tag (it expands to e.g. "
+                               f"{example[:40] + '...' if len(example) > 40 else example!r}): an OCI tag starts with "
+                               "a letter, digit or _ and has at most 128 characters",
+                               hint="e.g. {stack}-{date}")
+        stack = Stack(name=name, description=self.free_text(path + ("description",), raw.get("description")),
+                      base=base, chain=tuple(chain),
                       gpus=tuple(gpus), tags=tuple(tags), line=self.doc.line(path),
                       driver_floor=self.driver(path + ("driver_floor",), raw.get("driver_floor")) or site.driver_floor)
         self.check_chain(stack, path)

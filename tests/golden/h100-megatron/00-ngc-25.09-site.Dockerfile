@@ -4,7 +4,7 @@ FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libaio-dev ninja-build \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends -- libaio-dev ninja-build \
  && rm -rf /var/lib/apt/lists/*
 RUN mkdir -p /etc/imgbuild \
  && python -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > /etc/imgbuild/constraints.txt \

@@ -8,7 +8,7 @@ ARG NVTE_CUDA_ARCHS="90"
 ARG CMAKE_CUDA_ARCHITECTURES="90"
 
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libaio-dev \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends -- libaio-dev \
  && rm -rf /var/lib/apt/lists/*
 # Ops compiled now rather than JIT-compiled on every node at first use.
 RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
