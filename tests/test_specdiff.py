@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from builder.diff.specdiff import diff_revisions
-from conftest import REPO
+from conftest import REPO, run_cli
 
 PIN_V1 = "d89c5dfd761db2eb8352a3c3df6659c984547929"
 PIN_V2 = "1a6d04ff11a3a379285c6dc7862d82d095f0056c"
@@ -359,3 +359,22 @@ def test_a_driver_floor_change_is_a_note_not_a_moved_registry(tmp_path):
     assert any("driver floor 580.65.06 -> 590.44.01" in n for n in d.notes), d.notes
     assert not any("every image and tag reference moves" in n for n in d.notes)
     assert all(n.change == "unchanged" for s in d.stacks for n in s.nodes)
+
+
+@pytest.mark.parametrize("linked", ["stacks.yaml", "layers"])
+def test_a_revision_holding_a_link_to_an_absolute_path_is_refused(tmp_path, linked):
+    """Before: exit 70 (tarfile's filter error). A link is refused by name, and the file it points to
+    is neither read nor quoted."""
+    root = site_repo(tmp_path / "site", "one")
+    secret = tmp_path / "outside"
+    secret.mkdir()
+    (secret / "stacks.yaml").write_text("root:$6$hidden-hash:19000:0:99999:7:::\n")
+    target = root / linked
+    shutil.move(str(target), str(tmp_path / f"moved-{linked}"))
+    target.symlink_to(secret / "stacks.yaml" if linked == "stacks.yaml" else secret)
+    commit(root, "two")
+    for _ in range(2):
+        res = run_cli("diff", "one", "two", "-f", root / "stacks.yaml")
+        assert res.code == 2, res.output
+        assert f"two: {linked} is a symbolic link" in res.err and "hidden-hash" not in res.output
+        assert "internal error" not in res.output and "Traceback" not in res.output

@@ -117,9 +117,17 @@ def _git(cwd: Path, *args: str, error: str) -> bytes:
     return proc.stdout
 
 
-def _extract(archive: bytes, dest: Path) -> None:
+def _extract(archive: bytes, dest: Path, rev: str) -> None:
+    """Write a revision's files under dest. A symbolic link in them is refused: a revision is read only
+    from what it holds, never from a path on this machine a link points to (nor is that path's content
+    ever quoted)."""
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        # The data filter (3.11.4+) refuses links and paths that leave dest.
+        for member in tar.getmembers():
+            if not (member.isfile() or member.isdir()):
+                what = "a symbolic link" if member.issym() or member.islnk() else "not a regular file"
+                raise DiffError(f"{rev}: {member.name} is {what}; imgbuild reads a revision only from the "
+                                "files it holds", hint="commit the file itself, not a link to it")
+        # The data filter (3.11.4+) also refuses paths that leave dest.
         if hasattr(tarfile, "data_filter"):
             tar.extractall(dest, filter="data")
         else:
@@ -142,7 +150,7 @@ def _load_revision(file: Path, rev: str, dest: Path) -> tuple[Path, str]:
                    error=f"cannot list {rev}").decode().splitlines()
     if wanted[0] not in present:
         raise DiffError(f"{rev} has no {wanted[0]}")
-    _extract(_git(top_dir, "archive", "--format=tar", commit, "--", *present, error=f"cannot read {rev}"), dest)
+    _extract(_git(top_dir, "archive", "--format=tar", commit, "--", *present, error=f"cannot read {rev}"), dest, rev)
     label = rev if commit.startswith(rev) else f"{rev} ({commit[:12]})"
     return dest / prefix / file.name, label
 
