@@ -271,22 +271,34 @@ class _Loader:
         return LayerDef(name=name, section=section, kind=kind, params=tuple(sorted(params.items())),
                         line=self.doc.line(path))
 
-    def stack_raw(self, stacks: dict, name: str, seen: tuple = ()) -> dict:
-        """Merge a stack with the stacks it extends, refusing cycles with the whole loop named."""
-        path = ("stacks", name)
-        raw = self.mapping(path, stacks[name], STACK_KEYS)
-        parent = raw.get("extends")
-        if parent is None:
-            return dict(raw)
-        if not isinstance(parent, str) or parent not in stacks:
-            raise self.err(path + ("extends",), f"unknown stack {parent!r}",
-                           hint="stacks: " + ", ".join(sorted(stacks)))
-        if parent in seen + (name,):
-            loop = " -> ".join(seen + (name, parent))
-            raise self.err(path + ("extends",), f"stacks extend each other in a cycle: {loop}")
-        merged = self.stack_raw(stacks, parent, seen + (name,))
-        merged.update({k: v for k, v in raw.items() if k != "extends"})
-        return merged
+    def stack_raw(self, stacks: dict, name: str) -> dict:
+        """Merge a stack with the stacks it extends, refusing cycles with the whole loop named.
+        Iterative, and each stack is merged once (memoised): a chain of any length costs linear time,
+        where recursion stopped at Python's limit (a RecursionError at about 1000 stacks)."""
+        resolved = self.__dict__.setdefault("_resolved", {})
+        chain: list[tuple[str, dict]] = []   # from `name` up to the first resolved (or root) stack
+        on_chain: set = set()
+        current: str | None = name
+        while current is not None and current not in resolved:
+            path = ("stacks", current)
+            raw = self.mapping(path, stacks[current], STACK_KEYS)
+            chain.append((current, raw))
+            on_chain.add(current)
+            parent = raw.get("extends")
+            if parent is None:
+                break
+            if not isinstance(parent, str) or parent not in stacks:
+                raise self.err(path + ("extends",), f"unknown stack {parent!r}",
+                               hint="stacks: " + ", ".join(sorted(stacks)))
+            if parent in on_chain:
+                loop = " -> ".join([n for n, _ in chain] + [parent])
+                raise self.err(path + ("extends",), f"stacks extend each other in a cycle: {loop}")
+            current = parent
+        merged = dict(resolved[current]) if current in resolved and current not in on_chain else {}
+        for stack_name, raw in reversed(chain):
+            merged.update({k: v for k, v in raw.items() if k != "extends"})
+            resolved[stack_name] = dict(merged)
+        return dict(resolved[name])
 
     def stack(self, name: str, raw: dict, bases: dict, layers: dict, site: Site) -> Stack:
         path = ("stacks", name)
