@@ -43,6 +43,7 @@ SITE_KEYS = {"registry", "namespace", "description", "driver_floor"}
 BASE_KEYS = {"image", "digest", "family", "provides", "source", "description"}
 LAYER_KEYS = {"kind", "params", "description"}
 STACK_KEYS = {"extends", "description", "base", "layers", "project", "runtime", "gpus", "tags", "driver_floor"}
+KEY_SHOWN = re.compile(r"^[A-Za-z0-9_.+-]{1,64}\Z")   # an unknown key quoted in a message only if it looks like this
 DEFAULT_REGISTRY = "127.0.0.1:5000"
 DEFAULT_NAMESPACE = "imgbuild"
 
@@ -158,6 +159,11 @@ class _Loader:
         if allowed is not None:
             for key in value:
                 if key not in allowed:
+                    if not (isinstance(key, str) and KEY_SHOWN.match(key)):
+                        # Not a name a site would write (a stray line of some other file, a secret): said,
+                        # not quoted, since error messages reach CI logs.
+                        raise self.err(path, f"an unknown key of {len(str(key))} characters that is not a name "
+                                       "(not shown)", hint="allowed: " + ", ".join(sorted(allowed)))
                     raise self.err(path + (key,), f"unknown key {key!r}", hint="allowed: " + ", ".join(sorted(allowed)))
         return value
 

@@ -376,4 +376,13 @@ def read_text(path: Path) -> str:
 
 
 def load_file(path: Path) -> Doc:
-    return load_text(read_text(Path(path)), str(path))
+    path = Path(path)
+    # A link that leaves its folder (stacks.yaml -> /etc/shadow in a hostile checkout) is refused before
+    # reading: a parse error or an unknown key would otherwise quote a line of a file that is not the site's.
+    if path.is_symlink() and path.is_file():       # (what is not a regular file read_text refuses itself)
+        target = path.resolve()
+        if not target.is_relative_to(path.parent.resolve()):
+            raise SpecError("a symbolic link to a file outside its folder; imgbuild reads a stacks file or a "
+                            "kind only from its own folder", file=str(path),
+                            hint="name the file itself (--file PATH), not a link to it")
+    return load_text(read_text(path), str(path))
