@@ -195,8 +195,6 @@ def test_a_link_to_a_secret_file_is_not_quoted(tmp_path, content, command):
     assert res.err.startswith(f"spec error: {file}"), res.err
 
 
-@pytest.mark.xfail(strict=False, reason="part B / spec.py: _Loader.mapping quotes an unknown key, and a shadow "
-                   "line ending in ':' is a YAML key to libyaml (root:$6$...:::); the pure-Python parser refuses it")
 def test_a_link_to_a_shadow_file_whose_line_is_a_key_is_not_quoted(tmp_path):
     secret = tmp_path / "shadow"
     secret.write_text(f"root:$6${SECRET}$abcdefgh:19000:0:99999:7:::\n")

@@ -357,7 +357,7 @@ def read_text(path: Path) -> str:
                 "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) \
                 else "not a regular file"
             raise SpecError(f"not a regular file ({what})", file=name,
-                            hint="a stacks file must be a regular file (a symbolic link to one is fine)")
+                            hint="a stacks file or kind.yaml must be a regular file")
         if os.fstat(fd).st_size > MAX_BYTES:
             raise SpecError(f"the file is larger than {MAX_BYTES // (1024 * 1024)} MiB", file=name,
                             hint=LIMITS_HINT)
