@@ -142,7 +142,7 @@ def _enum(spec: ParamSpec, value: Any) -> str:
 def _list(spec: ParamSpec, value: Any) -> tuple:
     if not isinstance(value, list):
         raise ParamError(f"expected a list, got {type_name(value)}")
-    out = []
+    out, seen = [], set()   # the set keeps the duplicate check linear (50,000 apt entries took 12 s)
     for i, item in enumerate(value):
         try:
             item = text(item)
@@ -151,9 +151,10 @@ def _list(spec: ParamSpec, value: Any) -> tuple:
         if spec.choices and item not in spec.choices:
             raise ParamError(f"{item!r} is not one of the allowed values", (i,),
                              hint="allowed: " + ", ".join(spec.choices))
-        if item in out:
+        if item in seen:
             raise ParamError(f"{item!r} is listed twice", (i,))
         out.append(item)
+        seen.add(item)
     return tuple(out)
 
 

@@ -109,24 +109,27 @@ def parse(text: str) -> list[Instruction]:
 
 
 def segments(command: str) -> list[tuple[str, str, int]]:
-    """A shell command split on ; && || | and newlines outside quotes: (text, separator after, offset)."""
-    out, cur, start, quote, i = [], "", 0, "", 0
-    while i < len(command):
+    """A shell command split on ; && || | and newlines outside quotes: (text, separator after, offset).
+    Linear: segments are slices of the command, never grown a character at a time."""
+    out, start, quote, i, n = [], 0, "", 0, len(command)
+    while i < n:
         c = command[i]
         if quote:
             quote = "" if c == quote else quote
-            cur += c
-        elif c in "'\"":
-            quote, cur = c, cur + c
-        elif command.startswith(("&&", "||"), i) or c in ";|\n":
-            sep = command[i:i + 2] if command.startswith(("&&", "||"), i) else c
-            out.append((cur.strip(), sep, start + len(cur) - len(cur.lstrip())))
-            i += len(sep)
-            cur, start = "", i
+            i += 1
             continue
-        else:
-            cur += c
-        i += 1
+        if c in "'\"":
+            quote, i = c, i + 1
+            continue
+        sep = command[i:i + 2] if command.startswith(("&&", "||"), i) else c if c in ";|\n" else ""
+        if not sep:
+            i += 1
+            continue
+        cur = command[start:i]
+        out.append((cur.strip(), sep, start + len(cur) - len(cur.lstrip())))
+        i += len(sep)
+        start = i
+    cur = command[start:]
     out.append((cur.strip(), "", start + len(cur) - len(cur.lstrip())))
     return [s for s in out if s[0] or s[1]]
 
