@@ -30,4 +30,14 @@ def redact(text: str) -> str:
     return _BARE_USERINFO.sub(MASK + "@", _URL_USERINFO.sub(_url, text))
 
 
-__all__ = ["redact", "MASK"]
+def has_credentials(text: str) -> bool:
+    """Whether text holds a literal credential in a URL: user information that redact() would hide, other
+    than a variable reference ($TOKEN, ${TOKEN}: expanded where it runs, never written literally)."""
+    if "@" not in text:
+        return False
+    literal = [m.group(2) for m in _URL_USERINFO.finditer(text) if _url(m) != m.group(0)]
+    literal += [m.group(0) for m in _BARE_USERINFO.finditer(_URL_USERINFO.sub(_url, text)) if MASK not in m.group(0)]
+    return any("$" not in part for part in literal)
+
+
+__all__ = ["redact", "has_credentials", "MASK"]

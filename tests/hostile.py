@@ -313,6 +313,15 @@ def _words(dockerfiles: str) -> tuple[list[str], list[str]]:
     return keywords, words
 
 
+def _from_files(out: Path) -> str:
+    """render --out's files as `render` prints them ('# ==== STACK / NN LAYER' before each)."""
+    parts = []
+    for path in sorted(out.glob("*/*.Dockerfile")):
+        num, _, layer = path.stem.partition("-")
+        parts.append(f"# ==== {path.parent.name} / {num} {layer} (key -)\n" + path.read_text())
+    return "\n".join(parts)
+
+
 def _per_layer(rendered: str) -> dict:
     """`render --all` output split per layer ('# ==== STACK / NN LAYER (key ...)' headers): layer ->
     (instruction keywords, RUN words). A layer shared by several stacks renders the same each time."""
@@ -334,9 +343,9 @@ def baseline(tmp: Path) -> dict:
     if "layers" not in _BASELINE:
         folder = tmp / "baseline"
         prepare(Input("baseline", "none"), folder)
-        rc, out, _ = run(["render", "--all"], folder, timeout=60)
+        rc, out, _ = run(["render", "--all", "--out", "rendered-files"], folder, timeout=60)
         assert rc == 0, out
-        _BASELINE["layers"] = _per_layer(out)
+        _BASELINE["layers"] = _per_layer(_from_files(folder / "rendered-files"))
     return _BASELINE["layers"]
 
 
@@ -359,10 +368,12 @@ def judge(inp: Input, tmp: Path) -> tuple[str, str, float]:
         return ("refused", "", secs) if named else ("unclear", out.strip()[:200], secs)
     if rc != 0:
         return "unclear", f"exit {rc}: {out.strip()[:200]}", secs
-    # Accepted: render it and look for a value that changed the instructions or became an option.
-    rc2, rendered, _ = run(["render", "--all"], folder)
+    # Accepted: render it to files (what a build really uses; printed output is redacted, the files are
+    # not) and look for a secret, or a value that changed the instructions or became an option.
+    rc2, msg, _ = run(["render", "--all", "--out", "rendered-files"], folder)
     if rc2 != 0:
-        return "unclear", f"check accepted it, render refused it: {rendered.strip()[:200]}", secs
+        return "unclear", f"check accepted it, render refused it: {msg.strip()[:200]}", secs
+    rendered = _from_files(folder / "rendered-files")
     if any(s in rendered for s in inp.secrets):
         return "unsafe", "a secret is in the rendered Dockerfiles", secs
     base = baseline(tmp)

@@ -92,7 +92,7 @@ CASES = [
     Case("registry-leading-dash", "  registry: 127.0.0.1:5000\n", "  registry: -reg.example.com  # <==\n",
          "site.registry", "is not a registry host[:port]"),
     Case("registry-credentials", "  registry: 127.0.0.1:5000\n", f"  registry: me:{SECRET}@registry  # <==\n",
-         "site.registry", "is not a registry host[:port]"),
+         "site.registry", "holds credentials"),
     Case("image-dotdot", "    image: debian:bookworm\n", "    image: mirror/../debian:bookworm  # <==\n",
          "bases.deb.image", "is not an image reference"),
     Case("image-leading-dash", "    image: debian:bookworm\n", "    image: -debian:bookworm  # <==\n",

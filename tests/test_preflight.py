@@ -285,9 +285,6 @@ FAILS = [
          extra={"runtimes": {"e": env(PIP_CONSTRAINT="")}}),
     # A git repo URL with a token is refused when the spec loads (tests/test_hostile_values.py); the lint
     # rule still catches one in any other value, such as an env value.
-    Fail("token-in-url", S("ngc2509", ["site"], runtime="e"), "IB110", "error",
-         r"a URL with a password or token", "runtimes.e.params.env.INDEX_URL",
-         extra={"runtimes": {"e": env(INDEX_URL="https://bot:ghp_x1@github.com/o/p.git")}}),
     Fail("token-in-env", S("ngc2509", ["site"], runtime="e"), "IB110", "error",
          r"HF_TOKEN holds a literal value", "runtimes.e.params.env.HF_TOKEN",
          extra={"runtimes": {"e": env(HF_TOKEN="hf_abcdef")}}),

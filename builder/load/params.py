@@ -15,6 +15,8 @@ from typing import Any, Callable
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from builder.redact import has_credentials, redact
+
 TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt")
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")  # \Z: "$" would accept a trailing newline
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
@@ -84,6 +86,13 @@ def text(value: Any, what: str = "a string") -> str:
     if CONTROL.search(value):
         raise ParamError("control characters (newline, tab, ...) are not allowed: they could split a "
                          "Dockerfile instruction")
+    if has_credentials(value):
+        # Every parameter ends up in a Dockerfile (ENV, a RUN, a LABEL): a credential here is baked into
+        # the image, and redacting what imgbuild prints would only hide that.
+        raise ParamError("holds credentials (a URL's user information): they would be written into the image; "
+                         "credentials come from the netrc secret ($IMGBUILD_NETRC)",
+                         hint="or from $IMGBUILD_PIP_INDEX_URL (a BuildKit secret) at build time, or from the "
+                              "scheduler's secrets at run time")
     return value
 
 
@@ -206,7 +215,6 @@ def git_url(value: Any) -> str:
         raise ParamError(f"the URL holds credentials (user information before '@'): {NETRC}",
                          hint="write the URL without them, e.g. https://HOST/PATH")
     if not any(p.match(url) for p in GIT_URLS) or ".." in url.split("/"):
-        from builder.redact import redact
         raise ParamError(f"{redact(url)!r} is not a git URL", hint=GIT_URL_HINT)
     return url
 

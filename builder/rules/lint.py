@@ -578,13 +578,7 @@ def lint_spec(spec: Spec, stacks: Iterable[str], lock=None) -> list[Finding]:
                                line=spec.doc.line(key) if spec.doc else None, key=dotted(key), stack=name,
                                source=PATTERNS[rule_id], fix=fix))
 
-        for layer in stack.chain:
-            for pname, value in layer.params:
-                for key, text in _strings(value, (layer.section, layer.name, "params", pname)):
-                    m = USERINFO.search(text)
-                    if m and not m.group(2).startswith("$"):
-                        add("IB110", "error", key, "a URL with a password or token: it would be written into the "
-                            "image", "give credentials through $IMGBUILD_NETRC or a BuildKit secret, not stacks.yaml")
+        # A URL with a literal credential in any parameter is refused when stacks.yaml loads (params.text).
         for var, (value, key, layer) in sf.env.items():
             if SECRET_NAME.search(var) and value:
                 add("IB110", "error", key, f"{var} holds a literal value: it would be baked into the image "
