@@ -9,11 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from builder.rules import catalog
 from builder.load import versions
@@ -63,13 +63,24 @@ class Base:
     family: str
     provides: tuple       # sorted (name, Version | str) pairs
     source: str
+    # The base's CUDA toolkit as the most trusted origin that knows it says (measured in the lock file >
+    # declared under provides > the catalog's record of a known NGC image; the order of
+    # builder.rules.facts), set by load_spec: (value or None, origin). None: nobody knows.
+    cuda: tuple | None = None
 
     def fact(self, name: str) -> Any:
         return dict(self.provides).get(name)
 
     @property
     def has_cuda(self) -> bool:
-        return self.fact("cuda") is not None
+        """The one answer to "does this base have CUDA", for render, plan and preflight alike: a known
+        CUDA toolkit, from whichever origin knows it first. No CUDA where nobody knows."""
+        return self.cuda is not None and self.cuda[0] is not None
+
+    def locked_by(self, entry: Any, site: Site) -> bool:
+        """Whether a lock file entry was probed from this base as stacks.yaml names it now (same image
+        reference, and the same digest where one is declared): otherwise its measurements are stale."""
+        return entry.image == self.ref(site) and not (self.digest and entry.digest != self.digest)
 
     def ref(self, site: Site) -> str:
         return self.image.replace("{registry}", site.registry)
@@ -373,7 +384,7 @@ class _Loader:
         if first.kind.base_family != stack.base.family:
             raise self.err(path + ("layers", 0), f"layer {first.name!r} adopts {first.kind.base_family!r} bases "
                            f"but base {stack.base.name!r} is a {stack.base.family!r} image")
-        provided = {k for k, _ in stack.base.provides}
+        provided = {k for k, _ in stack.base.provides} | ({"cuda"} if stack.base.has_cuda else set())
         seen = set()
         for i, layer in enumerate(stack.chain):
             if layer.name in seen:
@@ -392,6 +403,27 @@ class _Loader:
                                hint="add gpus: [H100] (or the site's GPUs)")
 
 
+def base_cuda(base: Base, site: Site, lock: Any) -> tuple | None:
+    """(value, origin) of a base's CUDA: measured (a lock entry of this very image) > declared > catalog
+    (a known NGC image). A measured None (no toolkit in the image) is an answer too; None: unknown."""
+    entry = lock.bases.get(base.name) if lock is not None else None
+    if entry is not None and base.locked_by(entry, site) and "cuda" in entry.facts:
+        value = entry.facts["cuda"]
+        return (_as_version(value), "measured")
+    if base.fact("cuda") is not None:
+        return (base.fact("cuda"), "declared")
+    rel = catalog.ngc_release(base.image) if base.family == "ngc-pytorch" else None
+    known = rel.fact("cuda") if rel is not None else None
+    return (_as_version(known.value), "catalog") if known is not None else None
+
+
+def _as_version(value: Any) -> Any:
+    try:
+        return None if value is None else Version(str(value))
+    except InvalidVersion:
+        return str(value)   # kept as measured; still a CUDA that is there
+
+
 def load_spec(file: str | Path, root: str | Path | None = None, kinds: Any = None) -> Spec:
     """Load stacks.yaml and its layer kinds: the shipped ones (builder.load.kindpath.shipped_root), plus the
     site's. root is the site folder (default: the stacks file's): its layers/ adds kinds, its
@@ -408,9 +440,12 @@ def load_spec(file: str | Path, root: str | Path | None = None, kinds: Any = Non
     if data.get("version", 1) != 1:
         raise loader.err(("version",), f"unsupported version {data.get('version')!r}", hint="allowed: 1")
     site = loader.site(data)
+    from builder.build.lockfile import load_lock   # here: lockfile reads Spec
+    lock = load_lock(file)
     bases = {}
     for name, raw in loader.mapping(("bases",), loader.required((), data, "bases")).items():
-        bases[loader.name(("bases", name), name)] = loader.base(name, raw)
+        base = loader.base(loader.name(("bases", name), name), raw)
+        bases[name] = replace(base, cuda=base_cuda(base, site, lock))
     layers: dict[str, LayerDef] = {}
     for section in SECTIONS:
         for name, raw in loader.mapping((section,), data.get(section) or {}).items():

@@ -104,7 +104,7 @@ def _measured_facts(spec: Spec, base: Base, lock: Any, names: tuple) -> tuple[di
     entry = lock.bases.get(base.name) if lock is not None else None
     if entry is None:
         return {}, ""
-    if entry.image != base.ref(spec.site) or (base.digest and entry.digest != base.digest):
+    if not base.locked_by(entry, spec.site):
         return {}, (f"{lock.file} was probed from {entry.image}@{entry.digest}, not the base stacks.yaml names "
                     f"now; run `imgbuild lock` again")
     source = f"{lock.file}: probe of {entry.image}@{entry.digest} on {entry.probed}"

@@ -1,0 +1,127 @@
+"""Issue 11, "Defects found on the way": one test (or a few) per defect, each written before its fix and
+seen failing against the code before it. Each docstring says what it guards.
+
+Defect 1 (a wildcard pin crashed `check` with exit 70) is guarded at the CLI level by
+tests/test_hostile_values.py::test_hostile_value_is_refused_by_every_command[pip-wildcard-minor-*]
+(check, render and plan: exit 2, file:line, key path and reason).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+
+from conftest import run_cli, write_stacks
+from builder.load.spec import load_spec
+
+SITE = {"registry": "127.0.0.1:5000", "namespace": "imgbuild", "driver_floor": "580.65.06"}
+GIT = {"repo": "https://github.com/NVIDIA/apex.git", "commit": "0123456789abcdef0123456789abcdef01234567"}
+
+BASE = {
+    "version": 1,
+    "site": SITE,
+    "bases": {
+        # CUDA known only from the catalog (NGC 25.09 is in it): nothing declared.
+        "ngc-cat": {"image": "nvcr.io/nvidia/pytorch:25.09-py3", "family": "ngc-pytorch"},
+        # CUDA known only from the lock file (an image the catalog does not know, nothing declared).
+        "ngc-lock": {"image": "registry.example/pt:custom", "family": "ngc-pytorch",
+                     "provides": {"torch": "2.9.0a0+50eac811a6", "python": "3.12.3"}},
+        # CUDA declared.
+        "ngc-decl": {"image": "registry.example/pt:declared", "family": "ngc-pytorch",
+                     "provides": {"torch": "2.9.0a0+50eac811a6", "python": "3.12.3", "cuda": "13.0.1"}},
+        "deb": {"image": "debian:bookworm", "family": "debian", "provides": {"python": "3.11.2"}},
+    },
+    "layers": {
+        "site": {"kind": "ngc-pytorch"},
+        "ds": {"kind": "deepspeed", "params": {"version": "0.19.5", "ops": ["fused_adam"]}},
+    },
+    "stacks": {},
+}
+
+LOCK = """version: 1
+bases:
+  {base}:
+    image: {image}
+    digest: sha256:{digest}
+    probed: "2026-11-29T23:00:00Z"
+    facts: {facts}
+"""
+
+
+def write_spec(tmp_path, stacks: dict, extra: dict | None = None, lock: tuple | None = None, sub: str = "site"):
+    data = copy.deepcopy(BASE)
+    for section, items in (extra or {}).items():
+        data.setdefault(section, {}).update(copy.deepcopy(items))
+    data["stacks"] = copy.deepcopy(stacks)
+    folder = tmp_path / sub
+    file = write_stacks(folder, data)
+    if lock:
+        base, facts = lock
+        (folder / "stacks.lock.yaml").write_text(LOCK.format(
+            base=base, image=data["bases"][base]["image"], digest="b" * 64,
+            facts=yaml.safe_dump(facts, default_flow_style=True).strip()))
+    return file
+
+
+# -- defect 2: one answer to "does this base have CUDA" ------------------------------------------------
+
+@pytest.mark.parametrize("base,lock", [("ngc-cat", None), ("ngc-lock", ("ngc-lock", {"cuda": "13.0.1", "nvcc": "13.0.88"})),
+                                       ("ngc-decl", None)], ids=["catalog", "lock", "declared"])
+def test_deepspeed_ops_get_the_arch_list_whatever_source_knows_the_cuda(tmp_path, base, lock):
+    """Guards issue 11 defect 2: DeepSpeed CUDA ops rendered without TORCH_CUDA_ARCH_LIST when the base's
+    CUDA came from the catalog or the lock file instead of `provides`; lint (IB104) then demanded an arch
+    list that no stacks.yaml value could supply. Render, plan and check must all see the base's CUDA."""
+    file = write_spec(tmp_path, {"s": {"base": base, "layers": ["site", "ds"], "gpus": ["H100"]}}, lock=lock)
+    spec = load_spec(file)
+    assert spec.stack("s").base.has_cuda
+    res = run_cli("render", "stack=s", "-f", file)
+    assert res.code == 0, res.output
+    assert 'ARG TORCH_CUDA_ARCH_LIST="9.0"' in res.out
+    assert "DS_BUILD_FUSED_ADAM=1" in res.out
+    res = run_cli("check", "stack=s", "-f", file)
+    assert "IB104" not in res.output, res.output
+
+
+@pytest.mark.parametrize("base,lock", [("ngc-cat", None), ("ngc-lock", ("ngc-lock", {"cuda": "13.0.1"})),
+                                       ("ngc-decl", None)], ids=["catalog", "lock", "declared"])
+def test_cuda_ops_without_gpus_are_refused_at_load(tmp_path, base, lock):
+    """Guards issue 11 defect 2: a stack that compiles CUDA (DeepSpeed fused_adam on a CUDA base) and names
+    no `gpus` loaded without error when the base's CUDA came from the catalog or the lock. It must be
+    refused at load, exit 2, naming the file, the key stacks.NAME.gpus and the reason."""
+    file = write_spec(tmp_path, {"nogpu": {"base": base, "layers": ["site", "ds"]}}, lock=lock)
+    for args in (("check",), ("render", "--all"), ("plan", "--all", "--offline")):
+        res = run_cli(*args, "-f", file)
+        assert res.code == 2, res.output
+        assert f"{file}:" in res.err and "stacks.nogpu.gpus" in res.err, res.err
+        assert "compiles CUDA code but the stack names no target GPU" in res.err, res.err
+
+
+def test_measured_absence_of_cuda_wins_over_the_declared_one(tmp_path):
+    """Guards issue 11 defect 2: the answer follows the one order of trust of preflight's facts (measured >
+    declared > catalog): a lock that measured no CUDA toolkit (cuda: null) means no CUDA ops are compiled,
+    and render and preflight agree on it."""
+    from builder.rules.facts import resolve
+    from builder.build.lockfile import load_lock
+    file = write_spec(tmp_path, {"s": {"base": "ngc-decl", "layers": ["site", "ds"]}},
+                      lock=("ngc-decl", {"cuda": None}))
+    spec = load_spec(file)
+    stack = spec.stack("s")
+    cuda = resolve(spec, stack, load_lock(file)).get("cuda")
+    assert cuda.origin == "measured" and cuda.value is None
+    assert not stack.base.has_cuda and not stack.compiles_cuda(stack.chain[1])
+    res = run_cli("render", "stack=s", "-f", file)
+    assert res.code == 0, res.output
+    assert "TORCH_CUDA_ARCH_LIST" not in res.out and "DS_BUILD_FUSED_ADAM=1" in res.out
+
+
+def test_a_stale_lock_entry_does_not_decide_cuda(tmp_path):
+    """Guards issue 11 defect 2: a lock entry probed from another image (IB091: ignored by preflight) is
+    ignored for the CUDA answer too, so render and preflight still agree."""
+    file = write_spec(tmp_path, {"s": {"base": "ngc-lock", "layers": ["site", "ds"], "gpus": ["H100"]}},
+                      lock=("ngc-lock", {"cuda": "13.0.1"}))
+    lock = file.with_name("stacks.lock.yaml")
+    lock.write_text(lock.read_text().replace("registry.example/pt:custom", "registry.example/pt:other"))
+    assert not load_spec(file).stack("s").base.has_cuda
