@@ -125,3 +125,37 @@ def test_a_stale_lock_entry_does_not_decide_cuda(tmp_path):
     lock = file.with_name("stacks.lock.yaml")
     lock.write_text(lock.read_text().replace("registry.example/pt:custom", "registry.example/pt:other"))
     assert not load_spec(file).stack("s").base.has_cuda
+
+
+# -- defect 5: versions compared as versions (IB090) -------------------------------------------------------
+
+def test_declared_version_without_local_label_agrees_with_the_catalogs(tmp_path):
+    """Guards issue 11 defect 5: `torch: 2.1.0a0` declared for NGC 23.04 disagreed (IB090) with the catalog's
+    2.1.0a0+fe05266f, compared as strings. Equal public versions agree when one has no local label."""
+    from builder.rules.preflight import preflight
+    extra = {"bases": {"ngc2304": {"image": "nvcr.io/nvidia/pytorch:23.04-py3", "family": "ngc-pytorch",
+                                   "provides": {"torch": "2.1.0a0", "cuda": "12.1", "python": "3.8"}}}}
+    file = write_spec(tmp_path, {"s": {"base": "ngc2304", "layers": ["site"]}}, extra)
+    found = preflight(load_spec(file), ["s"])
+    assert not [f for f in found if f.rule == "IB090"], [f.render() for f in found]
+
+
+@pytest.mark.parametrize("a,b,agree", [
+    ("2.1.0a0", "2.1.0a0+fe05266f", True),            # no local label: any build of the same public version
+    ("2.1.0a0+fe05266f", "2.1.0a0+fe05266f", True),
+    ("2.1.0a0+FE05266F", "2.1.0a0+fe05266f", True),   # PEP 440: local labels compare case-insensitively
+    ("2.1a0", "2.1.0a0+fe05266f", True),              # the same public version spelled shorter
+    ("3.12", "3.12.3", True),                         # a final release spelled less precisely (as before)
+    ("13.0.1", "13.0.1.006", True),
+    ("2.1.0a0+abc", "2.1.0a0+fe05266f", False),       # two different builds
+    ("2.9.0", "2.9.0a0+50eac811a6", False),           # a release is not its pre-release
+    ("2.1.0a0", "2.1.0a1+fe05266f", False),
+    ("2.9.0a0", "2.9.1a0", False),                    # precision applies to final releases only
+    ("3.12", "3.11.2", False),
+])
+def test_ib090_compares_versions_not_strings(a, b, agree):
+    """Guards issue 11 defect 5: the rule of agreement between two origins of a base fact (IB090)."""
+    from packaging.version import Version
+    from builder.rules.preflight import _agree
+    assert _agree(Version(a), Version(b)) is agree
+    assert _agree(Version(b), Version(a)) is agree

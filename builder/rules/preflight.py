@@ -468,11 +468,22 @@ def nccl_skew(ctx: Ctx) -> Iterator[Finding]:
 
 
 def _agree(a, b) -> bool:
-    """Equal, or one is a more precise spelling of the other (3.12 and 3.12.3; 13.0.1 and 13.0.1.006)."""
-    if not (isinstance(a, Version) and isinstance(b, Version)) or a.local or b.local or a.pre or b.pre:
+    """Compared as versions (PEP 440), not as strings. Two values agree when their public versions are
+    equal (2.1a0 and 2.1.0a0) and their local labels do not differ: a value without a local label names
+    the public version and agrees with any build of it (declared 2.1.0a0, catalog 2.1.0a0+fe05266f), two
+    labels must be equal (2.1.0a0+abc is another build). A final release also agrees with a more precise
+    spelling of itself (3.12 and 3.12.3; 13.0.1 and 13.0.1.006); a pre-, post- or dev release does not."""
+    if not (isinstance(a, Version) and isinstance(b, Version)):
         return str(a) == str(b)
-    n = min(len(a.release), len(b.release))
-    return a.release[:n] == b.release[:n]
+    if a.local and b.local and a.local != b.local:
+        return False
+    pa, pb = Version(a.public), Version(b.public)
+    if pa == pb:
+        return True
+    if pa.is_prerelease or pb.is_prerelease or pa.is_postrelease or pb.is_postrelease or pa.epoch != pb.epoch:
+        return False
+    n = min(len(pa.release), len(pb.release))
+    return pa.release[:n] == pb.release[:n]
 
 
 @rule("IB090", "the base's facts disagree (measured, declared, catalog)")
