@@ -159,3 +159,41 @@ def test_ib090_compares_versions_not_strings(a, b, agree):
     from builder.rules.preflight import _agree
     assert _agree(Version(a), Version(b)) is agree
     assert _agree(Version(b), Version(a)) is agree
+
+
+# -- defect 4: the project layer's install modes, packages with their dependencies, extras --------------------
+
+PROJECT = {"kind": "project", "params": {"source": {"repo": "https://example.com/p.git", "commit": "a" * 40},
+                                         "packages": ["einops==0.8.1", "numpy==1.26.4"]}}
+
+
+def _pip_lines(tmp_path, sub: str, **params) -> list[str]:
+    proj = copy.deepcopy(PROJECT)
+    proj["params"].update(params)
+    file = write_spec(tmp_path, {"s": {"base": "ngc-decl", "layers": ["site"], "project": "p"}},
+                      {"projects": {"p": proj}}, sub=sub)
+    res = run_cli("render", "stack=s", "-f", file)
+    assert res.code == 0, res.output
+    dockerfile = res.out.split("# ==== s / 01 p")[1]
+    return [line.strip(" \\&") for line in dockerfile.splitlines() if "pip install" in line]
+
+
+def test_project_packages_install_with_their_dependencies(tmp_path):
+    """Guards issue 11 defect 4: with `install: pip-no-deps` the project's `packages` were installed with
+    --no-deps too (one pip command). Packages get their own pip command, with dependencies; only the project
+    itself is installed with --no-deps."""
+    lines = _pip_lines(tmp_path, "nodeps", install="pip-no-deps")
+    assert lines == ["python -m pip install --progress-bar off einops==0.8.1 numpy==1.26.4",
+                     "python -m pip install --progress-bar off --no-deps /opt/project"], lines
+    assert _pip_lines(tmp_path, "pip", install="pip") == [
+        "python -m pip install --progress-bar off einops==0.8.1 numpy==1.26.4",
+        "python -m pip install --progress-bar off /opt/project"]
+    assert _pip_lines(tmp_path, "pypath", install="pythonpath") == [
+        "python -m pip install --progress-bar off einops==0.8.1 numpy==1.26.4"]
+
+
+def test_project_editable_install(tmp_path):
+    """Guards issue 11 defect 4 (addition): `install: pip-editable` installs the project with pip install -e
+    (with its dependencies), from the pinned source left in place."""
+    lines = _pip_lines(tmp_path, "edit", install="pip-editable", packages=[])
+    assert lines == ["python -m pip install --progress-bar off -e /opt/project"], lines
