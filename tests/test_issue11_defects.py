@@ -197,3 +197,58 @@ def test_project_editable_install(tmp_path):
     (with its dependencies), from the pinned source left in place."""
     lines = _pip_lines(tmp_path, "edit", install="pip-editable", packages=[])
     assert lines == ["python -m pip install --progress-bar off -e /opt/project"], lines
+
+
+# -- defect 3: apex extensions turned on for every apex, and verified in the image ---------------------------
+
+APEX = {"kind": "apex", "params": {"source": GIT}}
+
+
+def _apex_run(tmp_path, sub: str, **params) -> str:
+    layer = copy.deepcopy(APEX)
+    layer["params"].update(params)
+    file = write_spec(tmp_path, {"s": {"base": "ngc-decl", "layers": ["site", "apex"], "gpus": ["H100"]}},
+                      {"layers": {"apex": layer}}, sub=sub)
+    res = run_cli("render", "stack=s", "-f", file)
+    assert res.code == 0, res.output
+    body = res.out.split("# ==== s / 01 apex")[1]
+    return next(line for line in body.split("\nRUN ")[1:] if "pip install" in line)
+
+
+def test_apex_extensions_are_asked_for_in_both_ways(tmp_path):
+    """Guards issue 11 defect 3: the apex kind turned its extensions on with APEX_CPP_EXT/APEX_CUDA_EXT only,
+    which apex reads since NVIDIA/apex PR #1910 (mid-2025); an older pin built silently without them. The
+    flags must also reach setup.py's argv (--config-settings "--build-option=..."), which every apex reads."""
+    run = _apex_run(tmp_path, "both")
+    assert "APEX_CPP_EXT=1 APEX_CUDA_EXT=1" in run
+    assert "--config-settings '--build-option=--cpp_ext --cuda_ext'" in run, run
+    run = _apex_run(tmp_path, "cuda-only", cpp_ext=False, contrib=["FAST_LAYER_NORM", "DISTRIBUTED_ADAM"])
+    assert "APEX_CPP_EXT=0 APEX_CUDA_EXT=1" in run and "APEX_FAST_LAYER_NORM=1" in run
+    assert "'--build-option=--cuda_ext --fast_layer_norm --distributed_adam'" in run, run
+    run = _apex_run(tmp_path, "none", cpp_ext=False, cuda_ext=False)
+    assert "--build-option" not in run, run
+
+
+def test_apex_contrib_names_are_apex_names(tmp_path):
+    """Guards issue 11 defect 3: a contrib extension apex does not know (a typo) was ignored by apex and
+    built nothing; it is refused at load, with the allowed names."""
+    layer = copy.deepcopy(APEX)
+    layer["params"]["contrib"] = ["FAST_LAYERNORM"]
+    file = write_spec(tmp_path, {"s": {"base": "ngc-decl", "layers": ["site", "apex"], "gpus": ["H100"]}},
+                      {"layers": {"apex": layer}})
+    res = run_cli("check", "-f", file)
+    assert res.code == 2 and "layers.apex.params.contrib[0]" in res.err and "FAST_LAYER_NORM" in res.err, res.err
+
+
+def test_apex_checks_import_the_extensions_it_asked_for(tmp_path):
+    """Guards issue 11 defect 3: the image must prove the extensions exist: apex_C when cpp_ext is on,
+    amp_C and fused_layer_norm_cuda when cuda_ext is on (each check turned off with its parameter)."""
+    from builder.load.kinds import load_kind
+    from conftest import REPO
+    kind = load_kind(REPO / "layers" / "apex")
+    code = {c.id: dict(c.args) for c in kind.checks if c.check == "python"}
+    cpp = next(a for a in code.values() if "import apex_C" in a["code"])
+    cuda = next(a for a in code.values() if "import amp_C" in a["code"])
+    assert cpp["when"] == "param:cpp_ext" and cuda["when"] == "param:cuda_ext"
+    assert "fused_layer_norm_cuda" in cuda["code"]
+    assert not [c for c in kind.checks if c.check == "import" and dict(c.args)["module"] == "fused_layer_norm_cuda"]
