@@ -27,14 +27,18 @@ from builder.load.yamlsrc import dotted
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
 HEX_SHORT = re.compile(r"^[0-9a-f]{7,39}\Z")
-SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)\Z", re.I)
+# A whole word of a variable name ('HF_TOKEN', not 'tiktoken').
+SECRET_NAME = re.compile(r"(?:^|_)(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)\Z", re.I)
 USERINFO = re.compile(r"\b[a-z][a-z0-9+.-]*://([^/\s:@'\"]+):([^/\s@'\"]+)@", re.I)
 PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
 CRED_FILES = re.compile(r"(^|/)(id_rsa|id_ed25519|id_ecdsa|\.netrc|\.pypirc|\.git-credentials|credentials(\.json)?)\Z")
 ARCH_VARS = ("TORCH_CUDA_ARCH_LIST", "NVTE_CUDA_ARCHS", "CMAKE_CUDA_ARCHITECTURES")
+MIX_VARS = ARCH_VARS + ("FLASH_ATTN_CUDA_ARCHS",)   # every spelling IB105 compares within a stage
 ARCH_VARIANT = re.compile(r"\b\d+\.\d+a\b")   # '9.0a', '10.0a': arch-specific targets
 GENCODE = re.compile(r"(?:arch=compute_|code=sm_)(\d+a?)")
-CUDA_FLAVOUR = re.compile(r"(?:-cu(\d{2,3})\b|^cupy-cuda(\d+)x\b|\+cu(\d{2,3})\b|/whl/cu(\d{2,3})\b)")
+# '+cu12torch2.6' is how flash-attn names its wheels.
+CUDA_FLAVOUR = re.compile(r"(?:-cu(\d{2,3})\b|^cupy-cuda(\d+)x\b|\+cu(\d{2,3})(?:\b|(?=torch))|/whl/cu(\d{2,3})\b)")
+TORCH_FAMILY = {"torch", "torchvision", "torchaudio"}
 CPU_DS_OPS = {"CPU_ADAM", "CPU_ADAGRAD", "CPU_LION", "AIO"}
 # pip options that take a value (the next word is not a requirement).
 PIP_VALUE_OPTS = {"-r", "--requirement", "-c", "--constraint", "-e", "--editable", "-i", "--index-url",
@@ -42,7 +46,24 @@ PIP_VALUE_OPTS = {"-r", "--requirement", "-c", "--constraint", "-e", "--editable
                   "--config-settings", "-C", "--global-option", "--build-option", "--platform", "--python-version",
                   "--implementation", "--abi", "--upgrade-strategy", "--progress-bar", "--cache-dir", "--log",
                   "--trusted-host", "--proxy", "--retries", "--timeout", "--exists-action", "--only-binary",
-                  "--no-binary", "--report", "--python"}
+                  "--no-binary", "--report", "--python", "--resume-retries", "--keyring-provider", "--use-feature",
+                  "--use-deprecated", "--cert", "--client-cert", "--group", "--uploaded-prior-to",
+                  # uv pip
+                  "-p", "--index", "--default-index", "--index-strategy", "--torch-backend", "--link-mode",
+                  "--extra", "--exclude-newer", "--prerelease", "--resolution", "-P", "--upgrade-package",
+                  "--reinstall-package", "--no-build-isolation-package", "--overrides", "--build-constraints",
+                  "-b", "--config-setting", "--no-install-package"}
+CONDA_VALUE_OPTS = {"-n", "--name", "-p", "--prefix", "-c", "--channel", "--file", "--repodata-fn", "--solver"}
+PIP = re.compile(r"^pip(?:\d[\d.]*|\$\{?\w+\}?)?\Z")        # pip, pip3, pip3.11, pip${PY}
+CONDA = {"conda", "mamba", "micromamba"}
+# Commands whose failure changes nothing a build relies on: cleanup and diagnostics. `X || true` is harmless.
+HARMLESS = {"rm", "rmdir", "unlink", "ls", "find", "du", "df", "cat", "echo", "printf", "which", "type", "test", "[",
+            "nvidia-smi", "pkill", "kill", "killall", "umount", "ldconfig", "sync", "true"}
+HARMLESS_SUB = {("apt-get", "clean"), ("apt-get", "autoclean"), ("apt-get", "autoremove"), ("apt-get", "purge"),
+                ("apt-get", "remove"), ("apt", "clean"), ("apt", "autoremove"), ("apt", "purge"), ("apt", "remove"),
+                ("pip", "cache"), ("pip", "uninstall"), ("pip3", "cache"), ("pip3", "uninstall"), ("uv", "cache"),
+                ("conda", "clean"), ("mamba", "clean"), ("npm", "cache")}
+SHELLS = {"sh", "bash", "zsh", "dash", "ash"}
 INSTALLS = re.compile(r"^(?:\S*pip3?|\S*python3?(?:\.\d+)? -m pip|uv pip|conda|mamba|apt-get|apt|make|cmake|"
                       r"git|curl|wget)\b.*\b(install|build|clone|checkout|--build)\b")
 # The pattern of ../shared/reference/fragile_patterns.md (or the promise of DESIGN.md) each rule enforces.
@@ -50,7 +71,9 @@ PATTERNS = {rule: f"fragile_patterns.md {text}" for rule, text in {
     "IB101": "1 (floating refs)", "IB102": "1 (weak refs: short hashes)", "IB103": "1 (install without a version)",
     "IB104": "3 (arch targets missing)", "IB105": "3 (arch targets mixed)", "IB106": "3 (ARG before FROM)",
     "IB107": "4 (silent failure)", "IB108": "5 (mismatched CUDA flavours)", "IB109": "2 (replacing the base's torch)",
-    "IB110": "6 (secrets and credentials baked in)", "IB112": "1 (floating refs: a base by tag)"}.items()}
+    "IB110": "6 (secrets and credentials baked in)", "IB112": "1 (floating refs: a base by tag)",
+    "IB113": "1 and 6 (a fetched script run unverified as root: it runs whatever the server returns)",
+    "IB114": "6 (secrets baked in: a private key generated into a layer)"}.items()}
 PREDEFINED_ARGS = {"HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY", "TARGETPLATFORM",
                    "TARGETOS", "TARGETARCH", "TARGETVARIANT", "BUILDPLATFORM", "BUILDOS", "BUILDARCH", "BUILDVARIANT"}
 
@@ -199,11 +222,58 @@ def arch_set(value: str) -> frozenset | None:
 
 
 def assignments(text: str) -> dict[str, tuple[str, int]]:
-    """NAME=value pairs in ENV/ARG arguments or a shell command (export X=1, X=1 cmd): value, offset."""
+    """NAME=value pairs in ENV/ARG arguments or a shell command (export X=1, X=1 cmd): value, offset.
+    `name==1.0` is a requirement, not an assignment."""
     found = {}
-    for m in re.finditer(r"(?:^|[\s;])(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|\S*)", text):
+    for m in re.finditer(r"(?:^|[\s;])(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(?!=)(\"[^\"]*\"|'[^']*'|\S*)", text):
         found[m.group(1)] = (m.group(2).strip("'\""), m.start(1))
     return found
+
+
+VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def expand(text: str, values: dict) -> str:
+    """$NAME, ${NAME} and ${NAME:-default} replaced where the value is known (a str); others are kept."""
+    def one(m: re.Match) -> str:
+        name = m.group(1) or m.group(3)
+        value = values.get(name)
+        value = value[0] if isinstance(value, tuple) else value
+        if value is None and m.group(2) is not None:
+            return m.group(2)
+        return value if isinstance(value, str) else m.group(0)
+    return VAR.sub(one, text) if "$" in text else text
+
+
+def blank_comments(text: str) -> str:
+    """Shell comments (a word that starts with #, outside quotes) turned into spaces, line by line, so that
+    offsets and lines stay where they were: a heredoc's comment lines are not commands."""
+    if "#" not in text:
+        return text
+    out = []
+    for line in text.split("\n"):
+        quote, cut = "", -1
+        for i, c in enumerate(line):
+            if quote:
+                quote = "" if c == quote else quote
+            elif c in "'\"":
+                quote = c
+            elif c == "#" and (i == 0 or line[i - 1] in " \t"):
+                cut = i
+                break
+        out.append(line if cut < 0 else line[:cut] + " " * (len(line) - cut))
+    return "\n".join(out)
+
+
+def _command(text: str) -> tuple[str, ...]:
+    """The words of a simple command without leading NAME=value assignments, sudo, env, command, and the
+    shell keywords that may open it (then, do, else)."""
+    w = words(text)
+    i = 0
+    while i < len(w) and (re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w[i]) or w[i] in ("sudo", "env", "command", "then",
+                                                                                    "do", "else", "exec", "time")):
+        i += 1
+    return w[i:]
 
 
 # -- Dockerfile rules -------------------------------------------------------------------------------
@@ -214,6 +284,7 @@ class Context:
     instructions: list
     base_cuda: Version | None = None      # CUDA of the image the first stage starts from, when known
     base_torch: bool | None = None        # whether that image ships torch
+    base_torch_version: str | None = None
     findings: list = field(default_factory=list)
 
     def add(self, rule_id: str, severity: str, ins: Instruction, offset: int, message: str, fix: str,
@@ -223,17 +294,70 @@ class Context:
                                      fix=fix))
 
     @cached_property
+    def code(self) -> dict[int, str]:
+        """A RUN's shell text, by id: flags (--mount=...) and comments blanked, offsets kept."""
+        out = {}
+        for ins in self.instructions:
+            if ins.keyword == "RUN":
+                body = re.sub(r"^(--\S+\s+)+", lambda m: " " * len(m.group(0)), ins.args)
+                out[id(ins)] = blank_comments(body)
+        return out
+
+    @cached_property
     def segments(self) -> list[tuple[Instruction, str, str, int]]:
         """(RUN, one shell segment, the separator after it, its offset), split once for every rule."""
         out = []
         for ins in self.instructions:
             if ins.keyword == "RUN":
-                body = re.sub(r"^(--\S+\s+)+", lambda m: " " * len(m.group(0)), ins.args)
-                out += [(ins, text, sep, offset) for text, sep, offset in segments(body)]
+                out += [(ins, text, sep, offset) for text, sep, offset in segments(self.code[id(ins)])]
         return out
 
     def runs(self) -> Iterator[tuple[Instruction, str, str, int]]:
         return iter(self.segments)
+
+    @cached_property
+    def scopes(self) -> dict[int, dict]:
+        """For each instruction (by id), the ARG/ENV values visible to it: (value or None, instruction,
+        offset). Global ARGs are visible in a stage only when re-declared there, with their default; ENV
+        carries over to a stage built FROM an earlier stage. One pass, values expanded as they are set."""
+        out: dict[int, dict] = {}
+        glob: dict = {}
+        stage_env: dict[str, dict] = {}
+        scope: dict = {}
+        for ins in self.instructions:
+            out[id(ins)] = scope
+            if ins.keyword == "FROM":
+                w = [x for x in ins.args.split() if not x.startswith("--")]
+                parent = stage_env.get(w[0].lower(), {}) if w else {}
+                scope = dict(parent)
+                if len(w) >= 3 and w[1].upper() == "AS":
+                    stage_env[w[2].lower()] = {}
+                    current = w[2].lower()
+                else:
+                    current = None
+                continue
+            if ins.keyword not in ("ARG", "ENV"):
+                continue
+            target = glob if ins.stage < 0 else dict(scope)
+            for name, (value, off) in assignments(ins.args).items():
+                target[name] = (expand(value, target), ins, off)
+            if ins.keyword == "ARG" and "=" not in ins.args and ins.args.split():
+                name = ins.args.split()[0]
+                target[name] = glob.get(name) if ins.stage >= 0 and name in glob else (None, ins, 0)
+            if ins.stage < 0:
+                continue
+            scope = target
+            if ins.keyword == "ENV" and current is not None:
+                stage_env[current] = {k: v for k, v in scope.items() if v[1].keyword == "ENV" or k in stage_env[current]}
+        return out
+
+    def scope(self, ins: Instruction) -> dict:
+        return self.scopes[id(ins)]
+
+    def values(self, ins: Instruction) -> dict:
+        """The stage's variables plus the RUN's own assignments (X=1 cmd, export X=1)."""
+        own = {k: v for k, (v, _) in assignments(self.code.get(id(ins), "")).items()}
+        return {**self.scope(ins), **own}
 
 
 DOCKERFILE_RULES: list[Callable[[Context], None]] = []
@@ -245,12 +369,38 @@ def dockerfile_rule(fn):
 
 
 def _pip_args(text: str) -> tuple[str, ...] | None:
-    """The arguments of `pip install` (pip, pip3, /path/to/pip, python -m pip, uv pip), or None."""
+    """The arguments of `pip install` (pip, pip3, pip3.11, pip${V}, /path/to/pip, python -m pip, uv pip,
+    options before `install` as in `pip -v install`), or None (uninstall, config, download ...)."""
     w = words(text)
     for i, word in enumerate(w):
-        if word.rsplit("/", 1)[-1] in ("pip", "pip3") and w[i + 1:i + 2] == ("install",):
-            return w[i + 2:]
+        if PIP.match(word.rsplit("/", 1)[-1]):
+            j = i + 1
+            while j < len(w) and w[j].startswith("-"):
+                j += 1
+            return w[j + 1:] if w[j:j + 1] == ("install",) else None
     return None
+
+
+def _conda_args(text: str) -> tuple[str, tuple[str, ...]] | None:
+    """(tool, specs) of `conda|mamba|micromamba install|create`, or None."""
+    w = _command(text)
+    if not w or w[0].rsplit("/", 1)[-1] not in CONDA:
+        return None
+    rest = [x for x in w[1:]]
+    j = 0
+    while j < len(rest) and rest[j].startswith("-"):
+        j += 1
+    if rest[j:j + 1] not in (["install"], ["create"]):
+        return None
+    specs, skip = [], False
+    for a in rest[j + 1:]:
+        if skip:
+            skip = False
+        elif a in CONDA_VALUE_OPTS:
+            skip = True
+        elif not a.startswith("-"):
+            specs.append(a)
+    return w[0].rsplit("/", 1)[-1], tuple(specs)
 
 
 def _requirements(args: tuple[str, ...]) -> Iterator[str]:
@@ -264,29 +414,87 @@ def _requirements(args: tuple[str, ...]) -> Iterator[str]:
             yield a
 
 
+def _exact(req: Requirement) -> bool:
+    """A single version: == or === without a wildcard (==3.20.* is a range)."""
+    return any(s.operator in ("==", "===") and "*" not in s.version for s in req.specifier)
+
+
+def _git_url_ref(word: str) -> str | None:
+    """The ref of a pip git URL (git+https://host/o/p.git@REF#egg=..., also without .git and inside
+    'name @ git+...'): 'HEAD' when none is given, None when the word holds no git URL."""
+    at = word.find("git+")
+    if at < 0:
+        return None
+    url = word[at:].split("#", 1)[0]
+    path = url.split("://", 1)[-1].partition("/")[2]        # after the host, so user@host is not a ref
+    return path.rsplit("@", 1)[1] if "@" in path else "HEAD"
+
+
+GIT_PIN = re.compile(r"git (?:-C \S+ )?(?:checkout|reset --hard|switch --detach)(?: -q| --quiet| -f| --force)* "
+                     r"([0-9a-f]{40})\b")
+GIT_FETCH_PIN = re.compile(r"git (?:-C \S+ )?fetch\b[^\n;&|]*?\b[0-9a-f]{40}\b")
+
+
+def _checkout_ref(w: tuple[str, ...]) -> str | None:
+    """The ref a `git [-C dir] checkout ...` moves to; None for paths (`git checkout .`, `-- file`)."""
+    i = 1
+    if w[1:2] == ("-C",):
+        i = 3
+    if w[i:i + 1] != ("checkout",):
+        return None
+    args = list(w[i + 1:])
+    if "--" in args:
+        args = args[:args.index("--")]
+    refs, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in ("-b", "-B", "--orphan"):
+            skip = True                                     # the new branch's name; the start point follows
+        elif not a.startswith("-"):
+            refs.append(a)
+    ref = refs[0] if refs else None
+    return None if ref in (None, ".") or ref.startswith(("./", "/")) else ref
+
+
 @dockerfile_rule
 def floating_refs(ctx: Context) -> None:
-    """IB101 floating refs (clones of a branch, @main, release branches); IB102 short hashes."""
-    for ins, text, _, offset in ctx.runs():
+    """IB101 floating refs (clones of a branch, @main, release branches, a fallback clone of the default
+    branch); IB102 short hashes. A ref held in a variable is read from its ARG/ENV default."""
+    items = ctx.segments
+    for n, (ins, text, sep, offset) in enumerate(items):
         w = words(text)
+        values = ctx.values(ins)
+        code = expand(ctx.code[id(ins)], values)
+        pinned = GIT_PIN.search(code) or (GIT_FETCH_PIN.search(code) and "FETCH_HEAD" in code)
         refs = []
         if w[:2] == ("git", "clone"):
-            branch = next((w[i + 1] for i, x in enumerate(w[:-1]) if x in ("-b", "--branch")), None)
-            pinned = re.search(r"git (?:-C \S+ )?(?:checkout|reset --hard|switch --detach) ([0-9a-f]{40})\b", ins.args)
-            if not pinned:
+            prev = items[n - 1] if n else None
+            fallback = prev is not None and prev[0] is ins and prev[2] == "||" and words(prev[1])[:2] == ("git", "clone")
+            checkout = any(_checkout_ref(words(t)) for i, t, _, _ in items if i is ins and words(t)[:1] == ("git",))
+            if fallback and not pinned:
+                ctx.add("IB101", "error", ins, offset, "fallback clone of the default branch after `||`: when the "
+                        "first clone fails, the image silently builds from whatever the default branch holds",
+                        "drop the fallback; pin the commit (git checkout <40-hex>) after one clone")
+                continue
+            if not pinned and not checkout:
+                branch = next((w[i + 1] for i, x in enumerate(w[:-1]) if x in ("-b", "--branch")), None)
                 ctx.add("IB101", "error", ins, offset, f"git clone{f' of branch/tag {branch}' if branch else ''} "
                         "without checking out a full commit: the image changes whenever the branch moves",
                         "git checkout <40-hex commit> after the clone (imgbuild: a git parameter pins the commit)")
                 continue
-        if w[:2] == ("git", "checkout") and len(w) > 2:
-            refs.append(w[-1])
+        if w[:1] == ("git",):
+            ref = _checkout_ref(w)
+            if ref == "FETCH_HEAD" and GIT_FETCH_PIN.search(code):
+                ref = None
+            if ref:
+                refs.append(ref)
         for a in w:
-            m = re.match(r"^(?:git\+)?\S+\.git@([^#\s]+)", a) if "git" in a else None
-            if m:
-                refs.append(m.group(1))
-            elif a.startswith("git+") and "@" not in a.split("://", 1)[-1]:
-                refs.append("HEAD")
+            ref = _git_url_ref(a)
+            if ref:
+                refs.append(ref)
         for ref in refs:
+            ref = expand(ref, values)
             if HEX40.match(ref) or ref.startswith("$"):
                 continue
             if HEX_SHORT.match(ref):
@@ -299,19 +507,31 @@ def floating_refs(ctx: Context) -> None:
 
 @dockerfile_rule
 def unpinned_installs(ctx: Context) -> None:
-    """IB103: pip installs of a package without an exact version (paths, wheels and URLs aside)."""
+    """IB103: pip and conda installs of a package without an exact version (paths, wheels, URLs aside:
+    a git URL's ref is IB101's)."""
     for ins, text, _, offset in ctx.runs():
         args = _pip_args(text)
-        if args is None:
-            continue
-        for a in _requirements(args):
+        conda = _conda_args(text) if args is None else None
+        if conda is not None:
+            tool, specs = conda
+            values = ctx.values(ins)
+            for spec in specs:
+                value = expand(spec, values)
+                m = re.fullmatch(r"([A-Za-z0-9_.\-]+(?:::)?[A-Za-z0-9_.\-]*)(==?)?([^\s=<>!~*]*)", value)
+                exact = m and m.group(2) and m.group(3) and (m.group(2) == "==" or m.group(3).count(".") >= 2)
+                if "$" in value or exact:
+                    continue
+                ctx.add("IB103", "error", ins, offset + max(text.find(spec), 0), f"{tool} installs {value!r} without "
+                        "an exact version: the image changes whenever a new build appears",
+                        f"pin it: {value.split('=')[0]}==<version>")
+        for a in _requirements(args or ()):
             if a.startswith((".", "/", "git+", "$", "http:", "https:", "file:")) or a.endswith((".whl", ".tar.gz")):
                 continue
             try:
                 req = Requirement(a)
             except InvalidRequirement:
                 continue
-            if req.url or not any(s.operator in ("==", "===") for s in req.specifier):
+            if not req.url and not _exact(req):
                 ctx.add("IB103", "error", ins, offset + max(text.find(a), 0), f"pip installs {a!r} without an exact "
                         "version: the image changes whenever a new release appears", f"pin it: {req.name}==<version>")
 
@@ -319,29 +539,18 @@ def unpinned_installs(ctx: Context) -> None:
 def _stage_scope(ctx: Context, ins: Instruction) -> dict[str, tuple[str | None, Instruction, int]]:
     """Variables visible to an instruction: ARG/ENV of its stage before it (global ARGs only when
     re-declared in the stage, which is the Docker rule). None: an ARG whose value comes from --build-arg."""
-    scope = {}
-    for other in ctx.instructions:
-        if other is ins:
-            break
-        if other.stage == ins.stage and other.keyword in ("ARG", "ENV"):
-            for name, (value, off) in assignments(other.args).items():
-                scope[name] = (value, other, off)
-            if other.keyword == "ARG" and "=" not in other.args:
-                scope.setdefault(other.args.split()[0], (None, other, 0))
-    return scope
+    return ctx.scope(ins)
 
 
 def _compiles_cuda(args: str) -> str | None:
+    """What in a RUN compiles CUDA with torch's extension builder, which targets the build host's GPU (or
+    nvcc's default) without TORCH_CUDA_ARCH_LIST. Transformer Engine and flash-attn are not here: both
+    carry their own list (NVTE_CUDA_ARCHS, FLASH_ATTN_CUDA_ARCHS) with a default for the CUDA in use."""
     ds = [op for op in re.findall(r"DS_BUILD_([A-Z_]+)=1", args) if op not in CPU_DS_OPS]
     if ds:
         return f"DeepSpeed ops ({', '.join(o.lower() for o in ds)})"
     if re.search(r"APEX_CUDA_EXT=1|--cuda_ext", args):
         return "Apex CUDA extensions"
-    if re.search(r"NVTE_FRAMEWORK=|transformer[_-]?engine", args, re.I) and "install" in args \
-            and "NVTE_FRAMEWORK=none" not in args:
-        return "Transformer Engine"
-    if re.search(r"flash[_-]attn", args) and "install" in args:
-        return "flash-attn"
     return None
 
 
@@ -351,10 +560,10 @@ def arch_lists(ctx: Context) -> None:
     for ins in ctx.instructions:
         if ins.keyword != "RUN":
             continue
-        what = _compiles_cuda(ins.args)
-        scope = {**_stage_scope(ctx, ins), **{k: (v, ins, o) for k, (v, o) in assignments(ins.args).items()}}
+        what = _compiles_cuda(ctx.code[id(ins)])
+        scope = {**_stage_scope(ctx, ins), **{k: (v, ins, o) for k, (v, o) in assignments(ctx.code[id(ins)]).items()}}
         if what:
-            needed = ARCH_VARS if what == "Transformer Engine" else ("TORCH_CUDA_ARCH_LIST",)
+            needed = ("TORCH_CUDA_ARCH_LIST",)
             if not any(v in scope and scope[v][0] != "" for v in needed):
                 ctx.add("IB104", "error", ins, 0, f"{what} compiled without {' or '.join(needed)}: it builds for the "
                         "GPU of the build host, or for none", f"set {needed[0]} for the target GPUs in this stage "
@@ -363,10 +572,10 @@ def arch_lists(ctx: Context) -> None:
     for ins in ctx.instructions:
         spellings = by_stage.setdefault(ins.stage, {})
         if ins.keyword in ("ARG", "ENV", "RUN"):
-            for name, (value, off) in assignments(ins.args).items():
-                if name in ARCH_VARS and arch_set(value) is not None:
+            for name, (value, off) in assignments(ctx.code.get(id(ins), ins.args)).items():
+                if name in MIX_VARS and arch_set(value) is not None:
                     spellings[name] = (arch_set(value), ins, off)
-        for m in GENCODE.finditer(ins.args):
+        for m in GENCODE.finditer(ctx.code.get(id(ins), ins.args)):
             old = spellings.get("-gencode", (frozenset(), ins, m.start()))
             spellings["-gencode"] = (old[0] | {m.group(1)}, old[1], old[2])
     for spellings in by_stage.values():
@@ -385,31 +594,74 @@ def arg_scope(ctx: Context) -> None:
     for ins in ctx.instructions:
         if ins.stage < 0 or ins.keyword in ("FROM", "ARG"):
             continue
-        for m in re.finditer(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", ins.args):
+        text = ctx.code.get(id(ins), ins.args)
+        for m in re.finditer(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", text):
             name = m.group(1)
             if name in globals_ and name not in PREDEFINED_ARGS and name not in _stage_scope(ctx, ins) \
-                    and name not in assignments(ins.args[:m.start()]):
+                    and name not in assignments(text[:m.start()]):
                 ctx.add("IB106", "error", ins, m.start(), f"${name} is declared before FROM and not again in this "
                         "stage: it is empty here", f"add `ARG {name}` after the FROM of this stage")
 
 
+def _errexit(ctx: Context, ins: Instruction) -> bool:
+    """Whether the RUN's shell stops at the first failing command: SHELL [..., "-e..."], `set -e` (any
+    spelling: -ex, -euo pipefail, -o errexit), or a heredoc run by `bash -e...`."""
+    shell = [i for i in ctx.instructions if i.keyword == "SHELL" and i.stage <= ins.stage
+             and ctx.instructions.index(i) < ctx.instructions.index(ins)]
+    if shell and re.search(r'"-\w*e\w*"', shell[-1].args):
+        return True
+    code = ctx.code[id(ins)]
+    return bool(re.search(r"\bset\s+(?:-[a-zA-Z]+\s+)*-[a-zA-Z]*e|\bset\s+-o\s+errexit", code)
+                or re.match(r"^\s*(?:<<-?\S+\s+)?(?:\S*/)?(?:ba|z|da)?sh\s+(?:-\S+\s+)*-[a-zA-Z]*e[a-zA-Z]*\b", code))
+
+
+def _harmless(text: str) -> bool:
+    w = _command(text)
+    if not w:
+        return True
+    name = w[0].rsplit("/", 1)[-1]
+    sub = next((x for x in w[1:] if not x.startswith("-")), "")
+    return name in HARMLESS or (name, sub) in HARMLESS_SUB or (name == "uv" and w[1:3] == ("pip", "uninstall"))
+
+
 @dockerfile_rule
 def ignored_exit(ctx: Context) -> None:
-    """IB107: `|| true` and friends, and installs whose failure `;` ignores."""
-    for ins in ctx.instructions:
-        if ins.keyword != "RUN":
-            continue
-        for m in re.finditer(r"\|\|\s*(true|:|exit 0|echo\b[^;&|]*)|;\s*exit 0\b|\bset \+e\b", ins.args):
-            ctx.add("IB107", "error", ins, m.start(), f"{m.group(0).strip()!r} hides a failure: the image is "
-                    "tagged although a step failed", "remove it; let the step fail the build")
-    strict_shell = any(ins.keyword == "SHELL" and re.search(r'"-\w*e\w*"', ins.args) for ins in ctx.instructions)
+    """IB107: `|| true` and friends after a step that matters, `; exit 0`, `set +e`, and installs whose
+    failure `;` or a newline ignores in a shell without -e (a loop keeps only its last iteration's status)."""
     items = ctx.segments
     for n, (ins, text, sep, offset) in enumerate(items):
-        text = re.sub(r"^(then|else|do)\s+", "", text)
+        nxt = items[n + 1] if n + 1 < len(items) and items[n + 1][0] is ins else None
+        if sep != "||" or nxt is None or not re.fullmatch(r"true|:|exit 0|echo\b.*", nxt[1]):
+            continue
+        chain = [text]
+        k = n - 1
+        while k >= 0 and items[k][0] is ins and items[k][2] == "&&":
+            chain.append(items[k][1])
+            k -= 1
+        if all(_harmless(t) for t in chain):
+            continue
+        ctx.add("IB107", "error", ins, nxt[3], f"'|| {nxt[1]}' hides a failure: the image is tagged although a step "
+                "failed", "remove it; let the step fail the build")
+    for ins in ctx.instructions:
+        if ins.keyword == "RUN":
+            for m in re.finditer(r";\s*exit 0\b|\bset \+e\b", ctx.code[id(ins)]):
+                ctx.add("IB107", "error", ins, m.start(), f"{m.group(0).strip()!r} hides a failure: the image is "
+                        "tagged although a step failed", "remove it; let the step fail the build")
+    strict = {id(ins): _errexit(ctx, ins) for ins in ctx.instructions if ins.keyword == "RUN"}
+    for n, (ins, text, sep, offset) in enumerate(items):
+        if strict[id(ins)] or sep not in (";", "\n"):
+            continue
+        body = re.sub(r"^(then|else|do|elif)\s+", "", text)
         nxt = items[n + 1][1] if n + 1 < len(items) and items[n + 1][0] is ins else ""
-        if sep in (";", "\n") and nxt and nxt.split()[0] not in ("fi", "done", "esac", "}", "then", "do") \
-                and INSTALLS.match(text) and not strict_shell and "set -e" not in ins.args:
-            ctx.add("IB107", "warning", ins, offset, f"the exit code of {text.split()[0]} ... is ignored: "
+        if not nxt or not INSTALLS.match(body):
+            continue
+        first = nxt.split()[0]
+        if text.startswith("do ") and first == "done":
+            ctx.add("IB107", "warning", ins, offset, f"{body.split()[0]} ... in a loop: a failure of any iteration "
+                    "but the last is ignored, only the last one's status counts", "add `|| exit 1` in the loop, "
+                    "or run the RUN under set -e")
+        elif first not in ("fi", "done", "esac", "}", "then", "do", "else", "elif", ";;"):
+            ctx.add("IB107", "warning", ins, offset, f"the exit code of {body.split()[0]} ... is ignored: "
                     f"'{sep.strip() or 'newline'}' goes on after a failure", "join the commands with &&")
 
 
@@ -420,38 +672,62 @@ def _flavour(name: str) -> str | None:
 
 @dockerfile_rule
 def cuda_flavours(ctx: Context) -> None:
-    """IB108: *-cuXX packages, +cuXXX wheels and /whl/cuXXX indexes for another CUDA major."""
+    """IB108: *-cuXX packages, +cuXXX wheels and /whl/cuXXX indexes for another CUDA major; torch wheels
+    and indexes for another CUDA minor (extensions built with the base's nvcc then differ from torch's)."""
     for ins, text, _, offset in ctx.runs():
-        args = _pip_args(text) or []
+        args = _pip_args(text) or ()
+        values = ctx.values(ins) if args else {}
         for a in args:
-            flavour = _flavour(a)
+            value = expand(a, values)
+            flavour = _flavour(value)
             if not flavour:
                 continue
             at = offset + max(text.find(a), 0)
             if ctx.base_cuda is None:
-                ctx.add("IB108", "unknown", ins, at, f"{a!r} is built for CUDA {flavour}; the base's CUDA is not "
+                ctx.add("IB108", "unknown", ins, at, f"{value!r} is built for CUDA {flavour}; the base's CUDA is not "
                         "known, so the match cannot be checked", "lint against a known base (FROM nvcr.io/nvidia/"
                         "pytorch:YY.MM-py3 or nvidia/cuda:X.Y.Z-...)")
             elif int(flavour[:2]) != ctx.base_cuda.major:
-                ctx.add("IB108", "error", ins, at, f"{a!r} is built for CUDA {flavour[:2]}, the base has CUDA "
+                ctx.add("IB108", "error", ins, at, f"{value!r} is built for CUDA {flavour[:2]}, the base has CUDA "
                         f"{ctx.base_cuda}", f"use the cu{ctx.base_cuda.major} flavour")
+            elif len(flavour) == 3 and int(flavour[2]) != ctx.base_cuda.minor and (
+                    "/whl/" in value or _req_name(value) in TORCH_FAMILY):
+                ctx.add("IB108", "warning", ins, at, f"{value!r} is built for CUDA {flavour[:2]}.{flavour[2]}, the base "
+                        f"has CUDA {ctx.base_cuda}: extensions built with the base's nvcc differ from torch's CUDA",
+                        f"use the cu{ctx.base_cuda.major}{ctx.base_cuda.minor} wheel, or a base with torch's CUDA")
+
+
+def _req_name(text: str) -> str | None:
+    try:
+        return Requirement(text).name.lower()
+    except InvalidRequirement:
+        return None
 
 
 @dockerfile_rule
 def torch_replaced(ctx: Context) -> None:
     """IB109: installing torch (or a package that brings its own) over a base that ships torch, and
-    disabling the constraint file that keeps it."""
+    disabling the constraint file that keeps it. Not when the Dockerfile removed the base's torch first,
+    nor for the very version the base ships."""
     replacers = catalog.torch_replacers()
+    removed: set[int] = set()       # stages whose base torch a RUN uninstalled
     for ins, text, _, offset in ctx.runs():
+        w = _command(text)
+        if "uninstall" in w and any(x.lower() == "torch" for x in w):
+            removed.add(ins.stage)
         args = _pip_args(text) or []
         names = set()
         for a in _requirements(args):
             try:
-                names.add(Requirement(a).name.lower())
+                req = Requirement(a)
             except InvalidRequirement:
                 continue
+            same = ctx.base_torch_version and req.name.lower() == "torch" and any(
+                s.operator in ("==", "===") and s.version == ctx.base_torch_version for s in req.specifier)
+            if not same:
+                names.add(req.name.lower())
         hit = sorted(names & set(replacers.value))
-        if hit and ctx.base_torch:
+        if hit and ctx.base_torch and ins.stage not in removed:
             ctx.add("IB109", "error", ins, offset, f"pip installs {', '.join(hit)} over the base's torch: everything "
                     "compiled against it (TE, Apex, DeepSpeed ops) silently breaks", "install without torch; "
                     "use --no-build-isolation and keep the base's torch", source=replacers.source)
@@ -470,7 +746,7 @@ def torch_replaced(ctx: Context) -> None:
 def credentials(ctx: Context) -> None:
     """IB110: passwords, tokens and keys written into a layer or its history."""
     for ins in ctx.instructions:
-        args = re.sub(r"--mount=\S+", "", ins.args)
+        args = re.sub(r"--mount=\S+", "", ctx.code.get(id(ins), ins.args))
         for m in USERINFO.finditer(args):
             if not m.group(2).startswith("$"):
                 ctx.add("IB110", "error", ins, m.start(), "a URL with a password or token: it stays in the image "
@@ -516,46 +792,145 @@ def ds_arch_variant(ctx: Context) -> None:
                     "write the arch without the suffix (9.0 instead of 9.0a)", source=fact["source"])
 
 
+def global_args(instructions: list[Instruction]) -> dict[str, str | None]:
+    """ARGs declared before the first FROM, with their defaults (None: only --build-arg sets it)."""
+    out: dict[str, str | None] = {}
+    for ins in instructions:
+        if ins.stage >= 0:
+            break
+        if ins.keyword == "ARG" and ins.args.split():
+            found = assignments(ins.args)
+            for name, (value, _) in found.items():
+                out[name] = expand(value, out)
+            if not found:
+                out[ins.args.split()[0]] = None
+    return out
+
+
+def from_image(ins: Instruction, args: dict) -> tuple[str, str]:
+    """(image as written, image with the global ARG defaults put in) of a FROM."""
+    w = [x for x in ins.args.split() if not x.startswith("--")]
+    image = w[0] if w else ""
+    return image, expand(image, args)
+
+
 @dockerfile_rule
 def base_by_digest(ctx: Context) -> None:
-    """IB112: FROM an image by tag alone: the base can change under the same Dockerfile."""
+    """IB112: FROM an image by tag alone, written out or through ARG defaults (`FROM ${BASE}`): the base
+    can change under the same Dockerfile."""
     stages = set()
+    args = global_args(ctx.instructions)
     for ins in ctx.instructions:
         if ins.keyword != "FROM":
             continue
         w = [x for x in ins.args.split() if not x.startswith("--")]
-        image = w[0] if w else ""
+        image, resolved = from_image(ins, args)
         if len(w) >= 3 and w[1].upper() == "AS":
             stages.add(w[2].lower())
-        if "@sha256:" in image or "$" in image or image == "scratch" or image.lower() in stages:
+        if "@sha256:" in resolved or "$" in resolved or resolved == "scratch" or resolved.lower() in stages:
             continue
-        ctx.add("IB112", "warning", ins, 0, f"FROM {image} by tag alone: the base can change under the same "
+        shown = image if image == resolved else f"{image} ({resolved})"
+        ctx.add("IB112", "warning", ins, 0, f"FROM {shown} by tag alone: the base can change under the same "
                 "Dockerfile", "pin the digest: FROM image:tag@sha256:... (imgbuild records it in stacks.lock.yaml)")
 
 
+FETCHERS = {"curl", "wget"}
+INTERPRETERS = re.compile(r"^(?:ba|z|da|a)?sh\Z|^python[\d.]*\Z|^perl\Z")
+
+
+@dockerfile_rule
+def piped_installer(ctx: Context) -> None:
+    """IB113: a script fetched at build time and run unverified as root: `curl ... | sh`, `bash <(curl ...)`,
+    and a downloaded installer (get-pip.py, *.sh) run without a checksum."""
+    items = ctx.segments
+    for n, (ins, text, sep, offset) in enumerate(items):
+        w = _command(text)
+        if not w or w[0].rsplit("/", 1)[-1] not in FETCHERS:
+            continue
+        url = next((x for x in w if re.match(r"https?://", x)), "")
+        if not url:
+            continue
+        nxt = items[n + 1] if n + 1 < len(items) and items[n + 1][0] is ins else None
+        runner = _command(nxt[1]) if nxt and sep == "|" else ()
+        if runner and INTERPRETERS.match(runner[0].rsplit("/", 1)[-1]):
+            ctx.add("IB113", "warning", ins, nxt[3], f"runs a script fetched from {url} unverified, as root: the image "
+                    "runs whatever the server returns that day", "download a pinned release, check its sha256 "
+                    "(sha256sum -c) before running it, or install a pinned package")
+            continue
+        name = url.rstrip("/").rsplit("/", 1)[-1]
+        code = ctx.code[id(ins)]
+        if not re.search(r"\.(sh|py|run)\Z", name) or re.search(r"\b(sha256sum|sha512sum|shasum|gpg --verify)\b", code):
+            continue
+        for ins2, text2, _, off2 in items[n + 1:]:
+            if ins2 is not ins:
+                break
+            run = _command(text2)
+            if run and (run[0] in (name, f"./{name}") or (INTERPRETERS.match(run[0].rsplit("/", 1)[-1])
+                                                         and name in run[1:2])):
+                ctx.add("IB113", "warning", ins, off2, f"runs {name}, downloaded from {url} without a checksum: the "
+                        "image runs whatever the server returns that day", "check its sha256 (sha256sum -c) before "
+                        "running it, from a pinned release URL")
+                break
+    for ins in ctx.instructions:
+        if ins.keyword == "RUN":
+            m = re.search(r"\b(?:ba|z|da)?sh\b[^|;&\n]*?(?:<\(|\$\()\s*(?:curl|wget)\b[^)]*?(https?://[^\s)\"']+)",
+                          ctx.code[id(ins)])
+            if m:
+                ctx.add("IB113", "warning", ins, m.start(), f"runs a script fetched from {m.group(1)} unverified, as "
+                        "root: the image runs whatever the server returns that day", "download a pinned release, "
+                        "check its sha256 (sha256sum -c) before running it")
+
+
+@dockerfile_rule
+def generated_key(ctx: Context) -> None:
+    """IB114: a private key generated in a RUN (ssh-keygen, host keys too) and left in the layer: every
+    container of the image shares it, and whoever pulls the image holds it."""
+    for ins in ctx.instructions:
+        if ins.keyword != "RUN":
+            continue
+        code = ctx.code[id(ins)]
+        m = re.search(r"\bssh-keygen\b", code)
+        if m and not re.search(r"\brm\b[^;&|\n]*(?:id_|ssh_host_|\.ssh)", code):
+            ctx.add("IB114", "error", ins, m.start(), "a private key generated into the layer (ssh-keygen): every "
+                    "container shares it and anyone who pulls the image has it", "generate keys when the container "
+                    "starts (entrypoint), or mount them at run time; for the build, RUN --mount=type=ssh")
+
+
 def base_of(instructions: list[Instruction]) -> tuple[Version | None, bool | None]:
-    """CUDA and whether torch is there, from the first FROM (an NGC month from the catalog, nvidia/cuda's tag)."""
+    """CUDA and whether torch is there, from the first FROM (ARG defaults put in): an NGC month from the
+    catalog, nvidia/cuda's tag, pytorch/pytorch's tag; else ENV CUDA_VERSION."""
+    cuda, torch, _ = _base(instructions)
+    return cuda, torch
+
+
+def _base(instructions: list[Instruction]) -> tuple[Version | None, bool | None, str | None]:
     first = next((i for i in instructions if i.keyword == "FROM"), None)
-    image = next((w for w in (first.args.split() if first else []) if not w.startswith("--")), "").split("@")[0]
+    image = from_image(first, global_args(instructions))[1].split("@")[0] if first else ""
     ngc = catalog.ngc_release(image)
     if ngc is not None:
-        cuda = ngc.fact("cuda")
-        return (Version(cuda.value) if cuda else None), True
+        cuda, torch = ngc.fact("cuda"), ngc.fact("torch")
+        return (Version(cuda.value) if cuda else None), True, (torch.value if torch else None)
+    if re.search(r"(?:^|/)nvidia/pytorch:", image):
+        return None, True, None                             # every NGC PyTorch month ships torch
+    m = re.search(r"(?:^|/)pytorch/pytorch:(\d+\.\d+\.\d+)-cuda(\d+\.\d+)", image)
+    if m:
+        return Version(m.group(2)), True, m.group(1)
     m = re.search(r"(?:^|/)cuda:(\d+\.\d+(?:\.\d+)?)", image)
     if m:
-        return Version(m.group(1)), False
+        return Version(m.group(1)), False, None
     env = [assignments(i.args).get("CUDA_VERSION") for i in instructions if i.keyword == "ENV"]
     env = [e for e in env if e and re.match(r"^\d+\.\d+", e[0])]
-    return (Version(re.match(r"^\d+\.\d+(\.\d+)?", env[0][0]).group(0)) if env else None), None
+    return (Version(re.match(r"^\d+\.\d+(\.\d+)?", env[0][0]).group(0)) if env else None), None, None
 
 
 def lint_dockerfile(text: str, file: str, base_cuda: Version | None = None,
                     base_torch: bool | None = None) -> list[Finding]:
     """Findings for one Dockerfile. Without base_cuda/base_torch they are read from its first FROM."""
     instructions = parse(text)
-    cuda, torch = base_of(instructions)
+    cuda, torch, version = _base(instructions)
     ctx = Context(file=file, instructions=instructions, base_cuda=base_cuda or cuda,
-                  base_torch=base_torch if base_torch is not None else torch)
+                  base_torch=base_torch if base_torch is not None else torch,
+                  base_torch_version=version if base_torch is None else None)
     for fn in DOCKERFILE_RULES:
         fn(ctx)
     return ctx.findings
