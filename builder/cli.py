@@ -142,6 +142,8 @@ def plan(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_:
                 for key, value in sorted(node.inputs.items()):
                     if value:
                         echo(f"      {key}: {json.dumps(value, sort_keys=True)}")
+                for key, value in sorted(node.params.items()):   # they reach the key through the Dockerfile
+                    echo(f"      params.{key}: {json.dumps(value, sort_keys=True)}")
     echo(f"{len(result.nodes)} distinct layer image(s) for {len(names)} stack(s); keys are "
                f"sha256 over the inputs shown with --explain (first {KEY_LEN} hex digits in tags)")
 

@@ -267,6 +267,9 @@ def shell_words(text: str) -> list[str]:
 # Points whose values have a grammar (issue 10): an apt package name, a git URL. Every EVIL value is
 # refused when the spec loads, before anything renders (tests/test_hostile_values.py has the messages).
 REFUSED_AT_LOAD = {"apt-package", "deepspeed-apt", "git-repo-label"}
+# Paths in the image (issue 11): no quote, $, backslash or backtick either, since WORKDIR and COPY take
+# them unquoted; a path holding one is refused at load too.
+PATH_POINTS, PATH_REFUSED = {"install-path", "pythonpath-env"}, "$\"'\\`"
 
 
 @pytest.mark.parametrize("value", EVIL)
@@ -276,7 +279,7 @@ def test_hostile_values_do_not_change_the_instructions(tmp_path, point, value, h
     mutate, stack, layer, expect = INJECTION_POINTS[point]
     evil = shipped_data()
     mutate(evil, value)
-    if point in REFUSED_AT_LOAD:
+    if point in REFUSED_AT_LOAD or (point in PATH_POINTS and any(c in value for c in PATH_REFUSED)):
         assert harmless(point)  # the same point with a plain value renders
         with pytest.raises(SpecError):
             render_one(tmp_path, evil, stack, layer)

@@ -8,6 +8,7 @@ selected stack is such an image. Any failure stops before the first tag moves.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -20,15 +21,17 @@ from builder import __version__
 from builder.build.bases import resolve
 from builder.build.checks import CheckResult, run_checks
 from builder.build.engine import BuildRequest, Engine
-from builder.errors import ImgbuildError, RegistryError, SpecError, ValidationFailed
+from builder.errors import ImgbuildError, RegistryError, SourceError, SpecError, ValidationFailed
 from builder.build.hostconf import HostConf
 from builder.build.manifest import build_manifest, fetch_manifest, push_manifest, verdict
 from builder.build.layout import layer_repo
-from builder.build.plan import KEY_LEN, Node, Plan, image_ref, make_plan, sha256
+from builder.build.plan import KEY_LEN, Node, Plan, file_refs, image_ref, make_plan, sha256
 from builder.rules.review import gate
 from builder.build.publish import promote
 from builder.build.registry import Registry
+from builder.build.render import input_path
 from builder.build.sources import export
+from builder.load.params import FileRef
 from builder.load.spec import Spec
 
 Say = Callable[[str], None]
@@ -67,6 +70,17 @@ def state_dir() -> Path:
     return Path(os.environ.get("IMGBUILD_HOME", ".imgbuild"))
 
 
+def copy_input(ref: FileRef, dest: Path) -> None:
+    """A file beside stacks.yaml into the context, only if it still holds the bytes that were hashed
+    into the content key when stacks.yaml was read."""
+    data = Path(ref.source).read_bytes() if ref.source and Path(ref.source).is_file() else None
+    if data is None or hashlib.sha256(data).hexdigest() != ref.sha256:
+        raise SourceError(f"{ref.path} changed or vanished since stacks.yaml was read (sha256 was "
+                          f"{ref.sha256[:12]}); nothing was built from it", hint="run the command again")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(data)
+
+
 def assemble_context(node: Node, hostconf: HostConf, dest: Path) -> Path:
     """The build context of one node: its Dockerfile, its kind's files/, its verified sources and
     wheels. Nothing else from the host is sent to the engine."""
@@ -79,6 +93,8 @@ def assemble_context(node: Node, hostconf: HostConf, dest: Path) -> Path:
         shutil.copytree(kind_files, dest / "files")
     for name, pin in node.sources.items():
         export(pin, dest / "sources" / name)
+    for ref in {r for _, v in node.layer.params for r in file_refs(v)}:
+        copy_input(ref, dest / input_path(ref))
     if node.wheels:
         if not hostconf.wheelhouse:
             raise SpecError(f"layer {node.name!r} installs a wheel from the wheelhouse, but no wheelhouse is set",

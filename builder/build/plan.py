@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from builder import __version__
 from builder.load.kinds import CheckSpec
 from builder.build.layout import layer_repo
-from builder.load.params import GitPin, WheelPin
+from builder.load.params import FileRef, GitPin, WheelPin
 from builder.build.render import CudaTargets, render_layer
 from builder.load.spec import LayerDef, Spec, Stack
 
@@ -56,6 +57,12 @@ class Node:
     def wheels(self) -> dict:
         return {k: v for k, v in self.layer.params if isinstance(v, WheelPin)}
 
+    @property
+    def params(self) -> dict:
+        """The layer's parameters as given or defaulted (empty ones left out), as JSON data: what
+        `plan --explain` shows beside the inputs, reasons of removals and torch swaps included."""
+        return {k: plain(v) for k, v in self.layer.params if v not in (None, (), "", [])}
+
 
 @dataclass
 class Plan:
@@ -86,6 +93,7 @@ class Plan:
                 {"key": n.short, "full_key": n.key, "layer": n.name, "kind": n.layer.kind.name,
                  "parent": n.parent[:KEY_LEN] if n.parent else None, "base": n.base_ref,
                  "image": image_ref(self.spec, n), "stacks": self.users[n.key], "inputs": n.inputs,
+                 "params": n.params,
                  "build_args": n.build_args,
                  "checks": [{"id": c.id, "check": c.check, "gpu": c.gpu} for c in n.checks]}
                 for n in self.nodes.values()
@@ -99,22 +107,48 @@ def image_ref(spec: Spec, node: Node) -> str:
 
 
 def plain(value):
-    """A parameter value as JSON data: versions as text, pins as their commit, tuples as lists."""
+    """A parameter value as JSON data: versions as text, pins as their commit, files as their path,
+    tuples as lists, other typed values (env extensions, uninstalls, users) as mappings."""
     if isinstance(value, GitPin):
         return value.commit
     if isinstance(value, WheelPin):
         return value.file
+    if isinstance(value, FileRef):
+        return value.path
     if isinstance(value, tuple):
         return [plain(v) for v in value]
     if value is None or isinstance(value, (bool, int, str)):
         return value
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: plain(getattr(value, k)) for k in value.__dataclass_fields__}
     return str(value)
 
 
+def file_refs(value) -> list:
+    """Every file beside stacks.yaml that a parameter value names (patches, copied files)."""
+    if isinstance(value, FileRef):
+        return [value]
+    if isinstance(value, tuple):
+        return [r for v in value for r in file_refs(v)]
+    if hasattr(value, "__dataclass_fields__"):
+        return [r for k in value.__dataclass_fields__ for r in file_refs(getattr(value, k))]
+    return []
+
+
 def _resolve_args(check: CheckSpec, layer: LayerDef) -> CheckSpec:
-    args = tuple((name, plain(layer.param(value[6:])) if isinstance(value, str) and value.startswith("param:")
-                  else value) for name, value in check.args)
+    """Check arguments with the layer's values: "param:NAME" is the value itself, "{param:NAME}" inside a
+    string is replaced by the value's text (e.g. /opt/imgbuild/sources/{param:name})."""
+    def resolve(value):
+        if isinstance(value, str) and value.startswith("param:"):
+            return plain(layer.param(value[6:]))
+        if isinstance(value, str) and "{param:" in value:
+            return PARAM_REF.sub(lambda m: str(plain(layer.param(m.group(1)))), value)
+        return value
+    args = tuple((name, resolve(value)) for name, value in check.args)
     return CheckSpec(id=check.id, check=check.check, gpu=check.gpu, args=args, doc=check.doc)
+
+
+PARAM_REF = re.compile(r"\{param:([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def base_ref(spec: Spec, stack: Stack, digests: dict) -> tuple[str, bool]:
@@ -132,10 +166,14 @@ def node_inputs(spec: Spec, stack: Stack, layer: LayerDef, parent: str, text: st
         "parent": parent,
         "dockerfile": sha256(text),
         "files": {rel: f"{digest}:{mode}" for rel, digest, mode in layer.kind.files},
-        "sources": {k: v.commit for k, v in layer.params if isinstance(v, GitPin)},
+        "sources": {k: v.commit + (" +submodules" if v.submodules else "") for k, v in layer.params
+                    if isinstance(v, GitPin)},
         "wheels": {v.file: v.sha256 for _, v in layer.params if isinstance(v, WheelPin)},
         "build_args": build_args,
     }
+    refs = [r for _, v in layer.params for r in file_refs(v)]
+    if refs:   # only when there are any: keys of layers without files stay what they were
+        inputs["inputs"] = {r.path: r.sha256 for r in refs}
     return inputs, build_args
 
 

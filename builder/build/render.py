@@ -19,7 +19,7 @@ import jinja2
 
 from builder.errors import RenderError
 from builder.load.kindpath import SKELETON, Templates
-from builder.load.params import CONTROL, GitPin, WheelPin
+from builder.load.params import CONTROL, EnvPath, FileRef, GitPin, WheelPin
 from builder.load.spec import LayerDef, Spec, Stack
 
 # Instructions a fragment may not write: the skeleton owns the stage and the labels.
@@ -48,6 +48,23 @@ def sh(value: Any) -> str:
 
 def shjoin(values: Any) -> str:
     return " ".join(sh(v) for v in values)
+
+
+def env_value(value: Any, name: str) -> str:
+    """The double-quoted value of ENV NAME=...: a literal (nothing expanded), or a PATH-like variable
+    extended around what the parent image has. ${NAME:+...} leaves no empty entry when the parent has
+    none (an empty PATH entry means the current directory)."""
+    if not isinstance(value, EnvPath):
+        return dq(value)
+    pre, post = ":".join(value.prepend), ":".join(value.append)
+    parent = f"${{{_check(name)}:+{':' if pre else ''}${{{name}}}{':' if post and not pre else ''}}}"
+    return '"' + _check(pre + parent + (":" + post if pre and post else post)) + '"'
+
+
+def input_path(ref: FileRef) -> str:
+    """Where a file beside stacks.yaml lies in the build context: by content, so the Dockerfile text
+    (and with it the content key) changes when the file does."""
+    return f"inputs/{ref.sha256}"
 
 
 def _skeleton_loader(path: Path) -> jinja2.BaseLoader:
@@ -81,7 +98,7 @@ def environment(where: Path | Templates) -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.filters.update(dq=dq, sh=sh, shjoin=shjoin)
+    env.filters.update(dq=dq, sh=sh, shjoin=shjoin, env_value=env_value, input_path=input_path)
     return env
 
 
@@ -93,6 +110,11 @@ class CudaTargets:
     nvte_archs: str           # 90;100    (NVTE_CUDA_ARCHS: integers, TE issue #976)
     cmake_archs: str          # 90;100    (CMAKE_CUDA_ARCHITECTURES)
 
+    # The variables a build may read the arch list from, as `arch_env` names them. flash-attn reads
+    # FLASH_ATTN_CUDA_ARCHS (integers) and ignores TORCH_CUDA_ARCH_LIST; CMake reads its own spelling.
+    SPELLINGS = ("TORCH_CUDA_ARCH_LIST", "FLASH_ATTN_CUDA_ARCHS", "NVTE_CUDA_ARCHS", "CMAKE_CUDA_ARCHITECTURES",
+                 "CUDAARCHS")
+
     @classmethod
     def of(cls, stack: Stack) -> "CudaTargets":
         lst = stack.arch_list
@@ -102,6 +124,18 @@ class CudaTargets:
     def build_args(self) -> dict:
         return {"TORCH_CUDA_ARCH_LIST": self.torch_arch_list, "NVTE_CUDA_ARCHS": self.nvte_archs,
                 "CMAKE_CUDA_ARCHITECTURES": self.cmake_archs}
+
+    def spell(self, variable: str, ptx: bool = False) -> str:
+        """The arch list as `variable` wants it; ptx: also PTX for the newest arch, so that GPUs newer
+        than the list can JIT-compile (torch: 9.0+PTX; CMake: 80-real;90 where a bare 90 is both)."""
+        ints = self.nvte_archs.split(";")
+        if variable == "TORCH_CUDA_ARCH_LIST":
+            return self.torch_arch_list + ("+PTX" if ptx else "")
+        if variable in ("CMAKE_CUDA_ARCHITECTURES", "CUDAARCHS"):
+            return ";".join(f"{a}-real" if not ptx or i < len(ints) - 1 else a for i, a in enumerate(ints))
+        if variable in ("FLASH_ATTN_CUDA_ARCHS", "NVTE_CUDA_ARCHS"):
+            return self.nvte_archs
+        raise RenderError(f"no spelling of the arch list for {variable!r}", hint="allowed: " + ", ".join(self.SPELLINGS))
 
 
 def layer_context(stack: Stack, layer: LayerDef) -> dict:

@@ -75,8 +75,10 @@ def verify(repo: Path, pin: GitPin) -> None:
         raise SourceError(f"{pin.repo}: {pin.commit} resolves to {resolved}")
 
 
-def export(pin: GitPin, dest: Path) -> None:
-    """Write the pinned commit's tree to dest (no .git) and the marker naming the verified commit."""
+def export(pin: GitPin, dest: Path, depth: int = 0) -> None:
+    """Write the pinned commit's tree to dest (no .git) and the marker naming the verified commit.
+    With submodules, each submodule is exported at the commit the superproject's tree records (its
+    gitlink), fetched from the URL .gitmodules gives at that same commit and verified like any pin."""
     repo = fetch(pin)
     proc = _git("archive", "--format=tar", pin.commit, cwd=repo)
     if proc.returncode != 0:
@@ -84,5 +86,56 @@ def export(pin: GitPin, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
         tar.extractall(dest, filter="data")
+    if pin.submodules:
+        for path, sub in submodules(repo, pin):
+            if depth >= MAX_SUBMODULE_DEPTH:
+                raise SourceError(f"{pin.repo}: submodules nest deeper than {MAX_SUBMODULE_DEPTH}")
+            target = (dest / path).resolve()
+            if not target.is_relative_to(dest.resolve()):
+                raise SourceError(f"{pin.repo}: submodule path {path!r} leaves the source tree")
+            export(sub, target, depth + 1)
+            (target / MARKER).unlink()
     # The marker is written from what git says HEAD of the export is, not copied from the spec.
     (dest / MARKER).write_text(f"{_text(_git('rev-parse', pin.commit + '^{commit}', cwd=repo))} {pin.repo}\n")
+
+
+MAX_SUBMODULE_DEPTH = 4
+
+
+def submodules(repo: Path, pin: GitPin) -> list[tuple[str, GitPin]]:
+    """(path, pin) of every submodule of the pinned commit: commits from the tree's gitlinks, URLs from
+    the commit's own .gitmodules (relative ones resolved against the superproject's URL), each URL
+    through the same allowlist as a pin written in stacks.yaml."""
+    from builder.load.params import ParamError, git_url
+    links = {}
+    for line in _text(_git("ls-tree", "-r", "-z", pin.commit, cwd=repo)).split("\0"):
+        meta, _, path = line.partition("\t")
+        if meta.startswith("160000 commit "):
+            links[path] = meta.split()[2]
+    if not links:
+        return []
+    conf = _git("config", "--blob", f"{pin.commit}:.gitmodules", "-z", "--get-regexp", r"^submodule\..*\.(path|url)$",
+                cwd=repo)
+    entries: dict[str, dict] = {}
+    for item in (conf.stdout or b"").decode(errors="replace").split("\0"):
+        key, _, value = item.partition("\n")
+        if key:
+            name, _, attr = key[len("submodule."):].rpartition(".")
+            entries.setdefault(name, {})[attr] = value
+    by_path = {e.get("path"): e.get("url") for e in entries.values()}
+    out = []
+    for path, commit in sorted(links.items()):
+        url = by_path.get(path)
+        if not url:
+            raise SourceError(f"{pin.repo}@{pin.commit[:12]}: submodule {path!r} has no URL in .gitmodules")
+        if url.startswith(("../", "./")):
+            base = pin.repo.rstrip("/")
+            for part in url.split("/"):
+                base = base.rsplit("/", 1)[0] if part == ".." else base if part == "." else f"{base}/{part}"
+            url = base
+        try:
+            url = git_url(url)
+        except ParamError as exc:
+            raise SourceError(f"{pin.repo}@{pin.commit[:12]}: submodule {path!r}: {exc.reason}", hint=exc.hint) from None
+        out.append((path, GitPin(url, commit, True)))
+    return out

@@ -20,7 +20,7 @@ CUDA_MODES = ("never", "always", "if-base-cuda")
 # The in-image check types that builder.build.checks knows how to run. Kept here so a typo in a
 # kind.yaml fails at load time, not after an hour of building.
 CHECK_TYPES = ("import", "dist-version", "pip-check", "ds-report", "env", "python", "command",
-               "source-commit", "torch-unchanged")
+               "source-commit", "torch-unchanged", "requirements")
 KIND_KEYS = {"description", "role", "base_family", "needs", "provides", "compiles_cuda",
              "compiles_cuda_param", "params", "checks", "versions"}
 VERSION_FIELD = re.compile(r"^[a-z][a-z0-9_]*\Z")      # a {field} of tag templates and a fact name
@@ -177,8 +177,11 @@ def load_kind(folder: Path) -> Kind:
             raise doc.error(path + ("id",), "every check needs an id")
         args = _require(doc, path + ("args",), cdef.get("args", {}), dict, "a mapping")
         for key, value in args.items():
-            if isinstance(value, str) and value.startswith("param:") and value[6:] not in params:
-                raise doc.error(path + ("args", key), f"{value!r} names no parameter of this kind")
+            named = ([value[6:]] if value.startswith("param:") else re.findall(r"\{param:([^}]*)\}", value)) \
+                if isinstance(value, str) else []
+            for pname in named:
+                if pname not in params:
+                    raise doc.error(path + ("args", key), f"{value!r} names no parameter of this kind ({pname!r})")
         checks.append(CheckSpec(id=f"{folder.name}.{cdef['id']}", check=cdef["check"],
                                 gpu=bool(cdef.get("gpu", False)), args=tuple(sorted(args.items())),
                                 doc=str(cdef.get("doc", ""))))

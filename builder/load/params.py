@@ -8,8 +8,14 @@ never split an instruction (the renderer quotes the rest).
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import stat
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -17,7 +23,8 @@ from packaging.version import InvalidVersion, Version
 
 from builder.redact import has_credentials, redact
 
-TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt")
+TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt",
+         "env", "index", "file", "files", "uninstall", "users", "links", "argv", "options", "names", "relpath")
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")  # \Z: "$" would accept a trailing newline
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -41,6 +48,23 @@ GIT_URL_HINT = ("allowed: https://HOST/PATH, ssh://[USER@]HOST/PATH, USER@HOST:P
                 "file:///ABSOLUTE/PATH.git")
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)@")
 NETRC = "credentials come from the netrc secret ($IMGBUILD_NETRC), never from stacks.yaml"
+# A pip requirement from git: NAME[EXTRAS] @ git+URL@<full commit>[#subdirectory=PATH]. The commit is
+# what makes it a pin; the URL goes through the same allowlist as every git source.
+GIT_REQ = re.compile(r"^git\+(?P<url>.+)@(?P<commit>[0-9a-f]{40})(?:#subdirectory=(?P<sub>[A-Za-z0-9._/-]+))?\Z")
+# A directory entry of a PATH-like variable: absolute, and nothing that ':' or '$' would split or expand.
+PATH_ENTRY = re.compile(r"^/[A-Za-z0-9._/+@-]*\Z")
+# A file beside stacks.yaml: a relative path of plain names (no '..', no absolute path, no link).
+REL_FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9_][A-Za-z0-9._-]*)*\Z")
+MAX_FILE_BYTES = 16 << 20
+USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\Z")
+SHELLS = ("/bin/bash", "/bin/sh", "/usr/bin/bash", "/usr/sbin/nologin", "/bin/false")
+MODES = ("0400", "0444", "0555", "0600", "0644", "0700", "0750", "0755")
+# A build option for cmake/configure: -DNAME=VALUE, --flag, --name=value. Never a shell word of its own
+# (each is quoted anyway): no spaces, quotes, $ or backticks, so what `plan` shows is what runs.
+OPTION = re.compile(r"^(?:-D[A-Za-z_][A-Za-z0-9_]*(?::[A-Z]+)?=|--[a-z][a-z0-9-]*(?:=|\Z))[A-Za-z0-9_.,:;/+=@%-]*\Z")
+DIST = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\Z")   # a distribution name (PEP 508)
+# The folder that `file` parameters are relative to: the stacks file's, set by load_spec while loading.
+FILES_ROOT: ContextVar[Path | None] = ContextVar("FILES_ROOT", default=None)
 
 
 class ParamError(Exception):
@@ -55,6 +79,7 @@ class ParamError(Exception):
 class GitPin:
     repo: str
     commit: str
+    submodules: bool = False   # export the submodules at the commits this commit records
 
     def __str__(self) -> str:
         return f"{self.repo}@{self.commit}"
@@ -64,6 +89,71 @@ class GitPin:
 class WheelPin:
     file: str
     sha256: str
+
+
+@dataclass(frozen=True)
+class EnvPath:
+    """A PATH-like variable extended, never replaced: entries put before and after what the parent
+    image has. Rendered as "/pre${NAME:+:${NAME}}:/post", so an unset variable leaves no empty entry
+    (an empty entry in PATH is the current directory)."""
+    prepend: tuple = ()
+    append: tuple = ()
+
+    def __str__(self) -> str:
+        return ":".join((*self.prepend, "${parent}", *self.append))
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """A file beside stacks.yaml (a patch, a config): its path as written, and its sha256, which goes
+    into the content key; the build context gets the bytes that were hashed or the build stops. Where
+    it was read from is kept outside the fields, so no host path enters a hash or a comparison."""
+    path: str
+    sha256: str
+
+    @classmethod
+    def read_from(cls, path: str, sha256: str, source: str) -> "FileRef":
+        ref = cls(path, sha256)
+        object.__setattr__(ref, "_source", source)
+        return ref
+
+    @property
+    def source(self) -> str:
+        return getattr(self, "_source", "")
+
+    def __str__(self) -> str:
+        return f"{self.path} (sha256:{self.sha256[:12]})"
+
+
+@dataclass(frozen=True)
+class FileCopy:
+    src: FileRef
+    dest: str
+    mode: str
+
+
+@dataclass(frozen=True)
+class Uninstall:
+    """Packages the parent ships that this layer removes, and why: the reason is shown wherever the
+    layer is (plan --explain, diff), so removing what the base was blessed with is never silent."""
+    packages: tuple
+    reason: str
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    uid: int
+    shell: str = "/bin/bash"
+
+
+@contextmanager
+def files_root(folder: Path):
+    token = FILES_ROOT.set(Path(folder))
+    try:
+        yield
+    finally:
+        FILES_ROOT.reset(token)
 
 
 @dataclass(frozen=True)
@@ -119,8 +209,8 @@ def _path(spec: ParamSpec, value: Any) -> str:
     """An absolute path in the image. No whitespace: Docker splits COPY/ADD arguments on whitespace
     before it reads quotes, so no quoting can keep such a path one argument."""
     value = text(value, "a path")
-    if not value.startswith("/") or any(c.isspace() for c in value):
-        raise ParamError(f"{value!r} is not an absolute path without spaces")
+    if not value.startswith("/") or any(c.isspace() or c in "$\"'\\`" for c in value):
+        raise ParamError(f"{value!r} is not an absolute path without spaces, quotes, $ or backslashes")
     return value
 
 
@@ -188,9 +278,9 @@ def _map(spec: ParamSpec, value: Any) -> tuple:
 def _git(spec: ParamSpec, value: Any) -> GitPin:
     if not isinstance(value, dict):
         raise ParamError(f"expected a mapping with repo and commit, got {type_name(value)}")
-    unknown = sorted(set(value) - {"repo", "commit"})
+    unknown = sorted(set(value) - {"repo", "commit", "submodules"})
     if unknown:
-        raise ParamError(f"unknown key {unknown[0]!r}", (unknown[0],), hint="allowed: repo, commit")
+        raise ParamError(f"unknown key {unknown[0]!r}", (unknown[0],), hint="allowed: repo, commit, submodules")
     for key in ("repo", "commit"):
         if key not in value:
             raise ParamError(f"missing {key!r}", (key,))
@@ -203,7 +293,10 @@ def _git(spec: ParamSpec, value: Any) -> GitPin:
         raise ParamError(f"{commit!r} is not a full 40-hex commit sha; branches, tags and short hashes "
                          "float or collide", ("commit",),
                          hint="pin the commit: git rev-parse 'TAG^{commit}'")
-    return GitPin(repo, commit)
+    submodules = value.get("submodules", False)
+    if not isinstance(submodules, bool):
+        raise ParamError(f"expected true or false, got {type_name(submodules)}", ("submodules",))
+    return GitPin(repo, commit, submodules)
 
 
 def git_url(value: Any) -> str:
@@ -230,10 +323,11 @@ def _apt(spec: ParamSpec, value: Any) -> tuple:
 
 
 def _requirements(spec: ParamSpec, value: Any) -> tuple:
-    """Pip requirements, each pinned with == so that an image never changes without a file changing."""
+    """Pip requirements, each pinned so that an image never changes without a file changing: NAME==VERSION
+    (extras allowed), or NAME @ git+URL@<full commit>."""
     if not isinstance(value, list):
         raise ParamError(f"expected a list of pinned requirements, got {type_name(value)}")
-    out = []
+    out, seen = [], set()
     for i, item in enumerate(value):
         try:
             raw = text(item)
@@ -242,16 +336,35 @@ def _requirements(spec: ParamSpec, value: Any) -> tuple:
             raise ParamError(exc.reason, (i,)) from None
         except InvalidRequirement as exc:
             raise ParamError(f"{item!r} is not a valid requirement: {exc}", (i,)) from None
-        if req.url or len(req.specifier) != 1 or next(iter(req.specifier)).operator != "==":
-            raise ParamError(f"{raw!r} is not pinned; write NAME==VERSION", (i,))
-        if next(iter(req.specifier)).version.endswith(".*"):
+        if req.url:
+            _git_requirement(raw, req.url, i)
+        elif len(req.specifier) != 1 or next(iter(req.specifier)).operator != "==":
+            raise ParamError(f"{raw!r} is not pinned; write NAME==VERSION or NAME @ git+URL@COMMIT", (i,))
+        elif next(iter(req.specifier)).version.endswith(".*"):
             # Refused everywhere (check, render, plan, build): one behaviour, decided at load.
             raise ParamError(f"{raw!r}: a wildcard is a range, pin an exact version", (i,),
                              hint="write NAME==VERSION, e.g. numpy==2.1.3")
         if CONTROL.search(str(req)):  # packaging unescapes marker strings: '\\b' becomes a backspace
             raise ParamError(f"{raw!r}: control characters (newline, tab, ...) are not allowed", (i,))
+        name = req.name.lower().replace("_", "-").replace(".", "-")
+        if name in seen:
+            raise ParamError(f"{req.name!r} is listed twice", (i,))
+        seen.add(name)
         out.append(str(req))
     return tuple(sorted(out, key=str.lower))
+
+
+def _git_requirement(raw: str, url: str, i: int) -> None:
+    m = GIT_REQ.match(url)
+    if not m:
+        raise ParamError(f"{redact(raw)!r}: a URL requirement must be git+URL@<full 40-hex commit>", (i,),
+                         hint="e.g. mamba-ssm @ git+https://github.com/state-spaces/mamba.git@<commit>")
+    try:
+        git_url(m.group("url"))
+    except ParamError as exc:
+        raise ParamError(exc.reason, (i,), exc.hint) from None
+    if ".." in (m.group("sub") or "").split("/"):
+        raise ParamError(f"{raw!r}: the subdirectory may not climb out of the repository", (i,))
 
 
 def _wheel(spec: ParamSpec, value: Any) -> WheelPin:
@@ -268,8 +381,220 @@ def _wheel(spec: ParamSpec, value: Any) -> WheelPin:
     return WheelPin(file, value["sha256"])
 
 
+def _env(spec: ParamSpec, value: Any) -> tuple:
+    """Image environment: NAME: "literal" (taken literally: $ is no expansion), or a PATH-like variable
+    extended: NAME: {prepend: [/dir, ...], append: [/dir, ...]}. Kept as sorted (name, value) pairs."""
+    if not isinstance(value, dict):
+        raise ParamError(f"expected a mapping of variable names, got {type_name(value)}")
+    out = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not ENV_NAME.match(key):
+            raise ParamError(f"{redact(str(key))[:64]!r} is not a valid variable name (letters, digits, _; not "
+                             "starting with a digit)", (key,))
+        if isinstance(item, dict):
+            unknown = sorted(set(item) - {"prepend", "append"})
+            if unknown or not item:
+                raise ParamError(f"unknown key {unknown[0]!r}" if unknown else "empty: give prepend or append",
+                                 (key,) + tuple(unknown[:1]), hint="allowed: prepend, append (lists of absolute folders)")
+            parts = {}
+            for where in ("prepend", "append"):
+                entries = item.get(where, [])
+                if not isinstance(entries, list):
+                    raise ParamError(f"expected a list of folders, got {type_name(entries)}", (key, where))
+                for j, entry in enumerate(entries):
+                    entry = _wrap(text, (key, where, j), entry, "a folder")
+                    if not PATH_ENTRY.match(entry):
+                        raise ParamError(f"{entry!r} is not an absolute folder that ':' and '$' leave whole "
+                                         "(letters, digits, . _ / + @ -)", (key, where, j))
+                parts[where] = tuple(entries)
+            out[key] = EnvPath(**parts)
+            continue
+        if isinstance(item, bool):
+            item = "1" if item else "0"
+        out[key] = _wrap(text, (key,), item)
+    return tuple(sorted(out.items()))
+
+
+def _wrap(fn: Callable, path: tuple, value: Any, *args: Any) -> Any:
+    """fn(value, *args) with a refusal's path made relative to the parameter."""
+    try:
+        return fn(value, *args)
+    except ParamError as exc:
+        raise ParamError(exc.reason, path + exc.path, exc.hint) from None
+
+
+def index_url(value: Any) -> str:
+    """A package index for one layer: https (or http on loopback), no credentials (netrc gives them)."""
+    url = text(value, "an index URL")
+    if not re.match(rf"^(?:https://{_HOST}(?::[0-9]{{1,5}})?|http://(?:127\.0\.0\.1|localhost)(?::[0-9]{{1,5}})?)"
+                    r"(?:/[A-Za-z0-9._~%+-]+)*/?\Z", url):
+        raise ParamError(f"{redact(url)!r} is not an index URL (https://HOST[/PATH]; http only on loopback)",
+                         hint=NETRC)
+    return url
+
+
+def _index(spec: ParamSpec, value: Any) -> Any:
+    """One index URL, or a list of them (extra indexes)."""
+    if isinstance(value, list):
+        out = tuple(_wrap(index_url, (i,), v) for i, v in enumerate(value))
+        if len(set(out)) != len(out):
+            raise ParamError("an index is listed twice")
+        return out
+    return index_url(value)
+
+
+def stack_file(value: Any) -> FileRef:
+    """A file beside stacks.yaml, read once: regular, inside the folder, no link on the way."""
+    rel = text(value, "a file path relative to the stacks file")
+    if not REL_FILE.match(rel):
+        raise ParamError(f"{rel!r} is not a relative path of plain names inside the stacks file's folder "
+                         "(no '..', no absolute path, no leading '.')")
+    root = FILES_ROOT.get()
+    if root is None:
+        raise ParamError("files can only be named in a stacks file")
+    path = root
+    for part in rel.split("/"):
+        path = path / part
+        if path.is_symlink():
+            raise ParamError(f"{rel!r}: {path.relative_to(root)} is a symbolic link; name the file itself")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise ParamError(f"{rel!r}: {exc.strerror.lower()} (looked in {root})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ParamError(f"{rel!r} is not a regular file")
+    with os.fdopen(fd, "rb") as fh:
+        if st.st_size > MAX_FILE_BYTES:
+            raise ParamError(f"{rel!r} is {st.st_size} bytes; files given to a layer are at most "
+                             f"{MAX_FILE_BYTES >> 20} MiB (send large artifacts through a wheelhouse or a registry)")
+        digest = hashlib.sha256(fh.read(MAX_FILE_BYTES + 1)).hexdigest()
+    return FileRef.read_from(rel, digest, str(path))
+
+
+def _file(spec: ParamSpec, value: Any) -> Any:
+    """One file beside stacks.yaml, or a list of them (in order: patches are applied in the order given)."""
+    if isinstance(value, list):
+        out = tuple(_wrap(stack_file, (i,), v) for i, v in enumerate(value))
+        if len({f.path for f in out}) != len(out):
+            raise ParamError("a file is listed twice")
+        return out
+    return stack_file(value)
+
+
+def _files(spec: ParamSpec, value: Any) -> tuple:
+    """Files copied into the image: [{src: FILE, dest: /ABS/PATH, mode: "0644"}]."""
+    if not isinstance(value, list):
+        raise ParamError(f"expected a list of {{src, dest, mode}}, got {type_name(value)}")
+    out, dests = [], set()
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or not {"src", "dest"} <= set(item) or set(item) - {"src", "dest", "mode"}:
+            raise ParamError("expected a mapping with src, dest and optional mode", (i,))
+        src = _wrap(stack_file, (i, "src"), item["src"])
+        dest = _wrap(_path, (i, "dest"), spec, item["dest"])
+        mode = item.get("mode", "0644")
+        if mode not in MODES:
+            raise ParamError(f"{mode!r} is not a file mode imgbuild writes", (i, "mode"),
+                             hint="allowed: " + ", ".join(MODES) + " (quoted, e.g. \"0644\")")
+        if dest in dests or dest.endswith("/"):
+            raise ParamError(f"{dest!r} is a folder or a second copy to the same place", (i, "dest"))
+        dests.add(dest)
+        out.append(FileCopy(src, dest, mode))
+    return tuple(out)
+
+
+def _uninstall(spec: ParamSpec, value: Any) -> Uninstall:
+    if not isinstance(value, dict) or set(value) != {"packages", "reason"}:
+        raise ParamError("expected a mapping with packages (names) and reason (why the base's copy goes)")
+    names = _wrap(_names, ("packages",), spec, value["packages"])
+    if not names:
+        raise ParamError("no packages named", ("packages",))
+    reason = _wrap(text, ("reason",), value["reason"])
+    if len(reason.strip()) < 8:
+        raise ParamError("say why the base's packages are removed (a sentence)", ("reason",))
+    return Uninstall(names, reason.strip())
+
+
+def _names(spec: ParamSpec, value: Any) -> Any:
+    """Distribution names as pip knows them (never an option: no leading '-'); one name or a list."""
+    if isinstance(value, str):
+        return _names(spec, [value])[0]
+    out = _list(spec, value)
+    for i, item in enumerate(out):
+        if not DIST.match(item):
+            raise ParamError(f"{item!r} is not a distribution name (letters, digits, . _ -)", (i,))
+    return out
+
+
+def _users(spec: ParamSpec, value: Any) -> tuple:
+    if not isinstance(value, list):
+        raise ParamError(f"expected a list of users, got {type_name(value)}")
+    out, names, uids = [], set(), set()
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or not {"name", "uid"} <= set(item) or set(item) - {"name", "uid", "shell"}:
+            raise ParamError("expected a mapping with name, uid and optional shell", (i,))
+        name = _wrap(text, (i, "name"), item["name"])
+        if not USER_NAME.match(name):
+            raise ParamError(f"{name!r} is not a user name (lower case letters, digits, _ -; at most 32)", (i, "name"))
+        uid = item["uid"]
+        if isinstance(uid, bool) or not isinstance(uid, int) or not 1 <= uid <= 60000:
+            raise ParamError("uid must be a number from 1 to 60000 (0 is root)", (i, "uid"))
+        shell = item.get("shell", "/bin/bash")
+        if shell not in SHELLS:
+            raise ParamError(f"{shell!r} is not a shell imgbuild sets", (i, "shell"), hint="allowed: " + ", ".join(SHELLS))
+        if name in names or uid in uids:
+            raise ParamError(f"user {name!r} or uid {uid} is given twice", (i,))
+        names.add(name)
+        uids.add(uid)
+        out.append(User(name, uid, shell))
+    return tuple(out)
+
+
+def _links(spec: ParamSpec, value: Any) -> tuple:
+    """Symbolic links in the image: {/LINK: /TARGET}, both absolute paths, sorted pairs."""
+    if not isinstance(value, dict):
+        raise ParamError(f"expected a mapping of /link: /target, got {type_name(value)}")
+    out = {}
+    for link, target in value.items():
+        link = _wrap(_path, (str(link),), spec, link)
+        out[link] = _wrap(_path, (link,), spec, target)
+    return tuple(sorted(out.items()))
+
+
+def _relpath(spec: ParamSpec, value: Any) -> str:
+    """A folder inside a source tree: plain names, no '..', not absolute."""
+    value = text(value, "a relative path")
+    if not REL_FILE.match(value.rstrip("/")):
+        raise ParamError(f"{value!r} is not a relative path of plain names (no '..', not absolute)")
+    return value.rstrip("/")
+
+
+def _argv(spec: ParamSpec, value: Any) -> tuple:
+    """A command as a list of words (exec form): repeats allowed, nothing split or expanded."""
+    if not isinstance(value, list) or not value:
+        raise ParamError(f"expected a non-empty list of words, got {type_name(value)}")
+    return tuple(_wrap(text, (i,), v) for i, v in enumerate(value))
+
+
+def _options(spec: ParamSpec, value: Any) -> tuple:
+    """Options for cmake or configure, in order: -DNAME=VALUE, --flag, --name=value."""
+    if not isinstance(value, list):
+        raise ParamError(f"expected a list of options, got {type_name(value)}")
+    out = []
+    for i, item in enumerate(value):
+        item = _wrap(text, (i,), item)
+        if not OPTION.match(item):
+            raise ParamError(f"{item!r} is not a build option (-DNAME=VALUE, --flag or --name=value; no spaces, "
+                             "quotes, $ or backticks)", (i,))
+        out.append(item)
+    return tuple(out)
+
+
 _CONVERTERS: dict[str, Callable[[ParamSpec, Any], Any]] = {
     "str": _str, "int": _int, "bool": _bool, "version": _version, "enum": _enum, "list": _list,
     "map": _map, "git": _git, "requirements": _requirements, "wheel": _wheel, "path": _path, "apt": _apt,
+    "env": _env, "index": _index, "file": _file, "files": _files, "uninstall": _uninstall, "users": _users,
+    "links": _links, "argv": _argv, "options": _options, "names": _names, "relpath": _relpath,
 }
 assert set(_CONVERTERS) == set(TYPES)

@@ -19,7 +19,7 @@ from builder.rules import catalog
 from builder.load import versions
 from builder.errors import SpecError
 from builder.load.kinds import Kind, load_kinds
-from builder.load.params import ParamError, text, type_name, version
+from builder.load.params import ParamError, files_root, text, type_name, version
 from builder.load.yamlsrc import Doc, load_file
 from builder.redact import redact
 
@@ -42,7 +42,9 @@ TOP_KEYS = {"version", "site", "bases", "layers", "projects", "runtimes", "stack
 SITE_KEYS = {"registry", "namespace", "description", "driver_floor"}
 BASE_KEYS = {"image", "digest", "family", "provides", "source", "description"}
 LAYER_KEYS = {"kind", "params", "description"}
-STACK_KEYS = {"extends", "description", "base", "layers", "project", "runtime", "gpus", "tags", "driver_floor"}
+STACK_KEYS = {"extends", "description", "base", "layers", "project", "runtime", "gpus", "tags", "driver_floor",
+              "waivers"}
+WAIVER_KEYS = {"rule", "reason"}
 KEY_SHOWN = re.compile(r"^[A-Za-z0-9_.+-]{1,64}\Z")   # an unknown key quoted in a message only if it looks like this
 DEFAULT_REGISTRY = "127.0.0.1:5000"
 DEFAULT_NAMESPACE = "imgbuild"
@@ -99,6 +101,16 @@ class LayerDef:
 
 
 @dataclass(frozen=True)
+class Waiver:
+    """A finding a stack accepts knowingly: its rule id, why, and where the waiver is written (a stack it
+    extends may hold it). Waives warnings and unknowns of that rule for the stack, never errors."""
+
+    rule: str
+    reason: str
+    key: tuple   # stacks.NAME.waivers[i], NAME the stack that wrote it
+
+
+@dataclass(frozen=True)
 class Stack:
     name: str
     description: str
@@ -108,6 +120,7 @@ class Stack:
     tags: tuple    # tag templates
     line: int | None
     driver_floor: str | None = None  # the stack's own, else the site's (preflight checks it against CUDA)
+    waivers: tuple = ()              # Waiver: its own and those of the stacks it extends
 
     def compiles_cuda(self, layer: LayerDef) -> bool:
         kind = layer.kind
@@ -313,7 +326,11 @@ class _Loader:
             current = parent
         merged = dict(resolved[current]) if current in resolved and current not in on_chain else {}
         for stack_name, raw in reversed(chain):
-            merged.update({k: v for k, v in raw.items() if k != "extends"})
+            merged.update({k: v for k, v in raw.items() if k not in ("extends", "waivers")})
+            # Waivers add up along extends (a stack keeps its parent's), each with the stack that wrote it.
+            mine = raw.get("waivers", [])
+            mine = [(stack_name, i, w) for i, w in enumerate(mine)] if isinstance(mine, list) else [(stack_name, None, mine)]
+            merged["waivers"] = list(merged.get("waivers", [])) + mine
             resolved[stack_name] = dict(merged)
         return dict(resolved[name])
 
@@ -372,9 +389,30 @@ class _Loader:
         stack = Stack(name=name, description=self.free_text(path + ("description",), raw.get("description")),
                       base=base, chain=tuple(chain),
                       gpus=tuple(gpus), tags=tuple(tags), line=self.doc.line(path),
-                      driver_floor=self.driver(path + ("driver_floor",), raw.get("driver_floor")) or site.driver_floor)
+                      driver_floor=self.driver(path + ("driver_floor",), raw.get("driver_floor")) or site.driver_floor,
+                      waivers=self.waivers(raw.get("waivers", [])))
         self.check_chain(stack, path)
         return stack
+
+    def waivers(self, items: list) -> tuple:
+        """[{rule: IB041, reason: "..."}] per stack: a known rule id and a reason (said in every report)."""
+        from builder.rules.findings import known_rules   # rule ids live with the rules
+        out = {}
+        for owner, i, raw in items:
+            path = ("stacks", owner, "waivers") + ((i,) if i is not None else ())
+            if i is None:
+                raise self.err(path, f"expected a list of waivers, got {type_name(raw)}",
+                               hint='e.g. waivers: [{rule: IB041, reason: "..."}]')
+            raw = self.mapping(path, raw, WAIVER_KEYS, what="a mapping with rule and reason")
+            rule = self.string(path + ("rule",), self.required(path, raw, "rule"))
+            if rule not in known_rules():
+                raise self.err(path + ("rule",), f"{rule!r} is not a known rule id",
+                               hint="rules: " + ", ".join(sorted(known_rules())))
+            reason = self.string(path + ("reason",), self.required(path, raw, "reason")).strip()
+            if not reason:
+                raise self.err(path + ("reason",), "say why the finding is accepted (a non-empty reason)")
+            out[rule] = Waiver(rule, reason, path)   # a stack's own waiver of a rule replaces its parent's
+        return tuple(out.values())
 
     def check_chain(self, stack: Stack, path: tuple) -> None:
         first = stack.chain[0]
@@ -447,13 +485,14 @@ def load_spec(file: str | Path, root: str | Path | None = None, kinds: Any = Non
         base = loader.base(loader.name(("bases", name), name), raw)
         bases[name] = replace(base, cuda=base_cuda(base, site, lock))
     layers: dict[str, LayerDef] = {}
-    for section in SECTIONS:
-        for name, raw in loader.mapping((section,), data.get(section) or {}).items():
-            loader.name((section, name), name)
-            if name in layers:
-                raise loader.err((section, name), f"name {name!r} is already used under {layers[name].section!r}; "
-                                 "layers, projects and runtimes share one namespace")
-            layers[name] = loader.layer(section, name, raw)
+    with files_root(file.resolve().parent):   # `file` parameters (patches, configs) live beside stacks.yaml
+        for section in SECTIONS:
+            for name, raw in loader.mapping((section,), data.get(section) or {}).items():
+                loader.name((section, name), name)
+                if name in layers:
+                    raise loader.err((section, name), f"name {name!r} is already used under {layers[name].section!r}; "
+                                     "layers, projects and runtimes share one namespace")
+                layers[name] = loader.layer(section, name, raw)
     stacks = {}
     raw_stacks = loader.mapping(("stacks",), loader.required((), data, "stacks"))
     for name in raw_stacks:

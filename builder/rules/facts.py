@@ -19,7 +19,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.rules import catalog
 from builder.load import versions
-from builder.load.params import GitPin, WheelPin
+from builder.load.params import GitPin, Uninstall, WheelPin
 from builder.load.spec import Base, LayerDef, Spec, Stack
 
 ORIGINS = ("measured", "declared", "catalog")
@@ -169,15 +169,33 @@ def _apply(sf: StackFacts, layer: LayerDef) -> None:
         elif layer.kind.params[pname].type == "requirements":
             for i, text in enumerate(value):
                 req = Requirement(text)
+                if req.url:   # a git pin: its version is whatever that commit says, not known here
+                    continue
                 pinned = Version(next(iter(req.specifier)).version)
                 name = canonicalize_name(req.name)
                 sf.pins[name] = (pinned, path + (pname, i), layer)
                 if name in ("numpy", "pydantic"):
                     sf.facts[name] = Fact(pinned, "declared", f"stacks.yaml {layer.section}.{layer.name}.params."
                                           f"{pname} pins {text}", None, path + (pname, i))
-        elif layer.kind.params[pname].type == "map":
+        elif layer.kind.params[pname].type in ("map", "env"):
             for var, val in value:
                 sf.env[var] = (val, path + (pname, var), layer)
+        elif isinstance(value, Uninstall):
+            # What the parent shipped and this layer removes is no fact of the stack any more (a later
+            # layer that installs it again says so itself).
+            for dist in value.packages:
+                sf.facts.pop(canonicalize_name(dist).replace("-", "_"), None)
+                sf.providers.pop(canonicalize_name(dist).replace("-", "_"), None)
+    if params.get("replace_torch"):
+        # A declared torch replacement: torch is what this layer pins, or unknown.
+        sf.facts.pop("torch_cuda", None)
+        pin = sf.pins.get("torch")
+        if pin is not None and pin[2] is layer:
+            sf.facts["torch"] = Fact(pin[0], "declared", f"stacks.yaml {layer.section}.{layer.name}: replace_torch",
+                                     None, pin[1])
+            _derive(sf.facts, "")
+        else:
+            sf.facts.pop("torch", None)
 
 
 def _wheel(sf: StackFacts, layer: LayerDef, wheel: WheelPin, key: tuple) -> None:

@@ -63,7 +63,7 @@ def request(checks: tuple[CheckSpec, ...], gpu: bool) -> dict:
             req["ds_report"] = True
         elif spec.check == "python" and _op_wanted(a):
             req["snippets"][spec.id] = a["code"]
-        elif spec.check == "command" and a.get("command"):
+        elif spec.check == "command" and a.get("command") and _op_wanted(a):
             req["commands"][spec.id] = a["command"]
         elif spec.check == "source-commit" and a.get("path"):
             req["files"].append(f"{a['path'].rstrip('/')}/{MARKER}")
@@ -72,6 +72,10 @@ def request(checks: tuple[CheckSpec, ...], gpu: bool) -> dict:
 
 
 def _op_wanted(a: dict) -> bool:
+    """A snippet runs unless its layer turned it off: when_op names an op not prebuilt, or `when` (a
+    parameter such as sshd) is false."""
+    if "when" in a and not a["when"]:
+        return False
     return not a.get("when_op") or a["when_op"] in (a.get("ops") or [])
 
 
@@ -87,6 +91,8 @@ def _import(a: dict, f: dict) -> tuple[str, str]:
 
 
 def _dist_version(a: dict, f: dict) -> tuple[str, str]:
+    if not a.get("dist"):
+        return "skipped", "no distribution named for this layer"
     name = a["dist"].lower().replace("_", "-")
     found = f["dists"].get(name)
     if found is None:
@@ -130,16 +136,59 @@ def _ds_report(a: dict, f: dict) -> tuple[str, str]:
 
 
 def _env(a: dict, f: dict) -> tuple[str, str]:
-    wrong = [f"{k}={f['env'].get(k)!r} (want {v!r})" for k, v in (a.get("expected") or []) if f["env"].get(k) != v]
+    """Literal values must be equal; an extended PATH-like value must start with what was prepended and
+    end with what was appended (the parent's entries lie between)."""
+    wrong = []
+    for k, v in a.get("expected") or []:
+        have = f["env"].get(k)
+        if isinstance(v, dict):
+            pre, post = ":".join(v.get("prepend") or []), ":".join(v.get("append") or [])
+            ok = have is not None and have.startswith(pre) and have.endswith(post) and "::" not in have
+            want = f"{pre + ':' if pre else ''}...{':' + post if post else ''}"
+        else:
+            ok, want = have == v, v
+        if not ok:
+            wrong.append(f"{k}={have!r} (want {want!r})")
     return ("failed", "; ".join(wrong)) if wrong else ("passed", f"{len(a.get('expected') or [])} variables set")
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("_", "-")   # as probe.dists() keys them
+
+
+def _requirements(a: dict, f: dict) -> tuple[str, str]:
+    """Each pinned requirement installed at its version (a git requirement: installed at all), and each
+    removed package gone."""
+    from packaging.requirements import Requirement
+    wrong, seen = [], []
+    for raw in a.get("installed") or []:
+        req = Requirement(raw)
+        have = f["dists"].get(_norm(req.name))
+        want = None if req.url else next(iter(req.specifier)).version
+        if have is None:
+            wrong.append(f"{req.name} is not installed")
+        elif want is not None and have != want:
+            wrong.append(f"{req.name} is {have}, the spec pins {want}")
+        else:
+            seen.append(f"{req.name} {have}")
+    absent = a.get("absent") or {}
+    for name in (absent.get("packages") if isinstance(absent, dict) else absent) or []:
+        if _norm(name) in f["dists"]:
+            wrong.append(f"{name} {f['dists'][_norm(name)]} is still installed, though the layer removes it")
+    if wrong:
+        return "failed", "; ".join(wrong)
+    return "passed", ", ".join(seen) or "nothing removed is left"
 
 
 def _snippet(kind: str) -> Callable[[dict, dict, str], tuple[str, str]]:
     def judge(a: dict, f: dict, cid: str) -> tuple[str, str]:
         if kind == "python" and not _op_wanted(a):
-            return "skipped", f"op {a['when_op']} is not prebuilt in this layer"
+            return "skipped", (f"op {a['when_op']} is not prebuilt in this layer" if a.get("when_op")
+                               else "turned off for this layer")
         if kind == "command" and not a.get("command"):
             return "skipped", "no command given for this layer"
+        if kind == "command" and not _op_wanted(a):
+            return "skipped", "turned off for this layer"
         res = f["snippets" if kind == "python" else "commands"].get(cid)
         if res is None:
             return "failed", "not run"
@@ -172,6 +221,7 @@ def _torch_unchanged(a: dict, f: dict) -> tuple[str, str]:
 JUDGES: dict[str, Callable] = {
     "import": _import, "dist-version": _dist_version, "pip-check": _pip_check, "ds-report": _ds_report,
     "env": _env, "source-commit": _source_commit, "torch-unchanged": _torch_unchanged,
+    "requirements": _requirements,
 }
 SNIPPETS = {"python": _snippet("python"), "command": _snippet("command")}
 
