@@ -252,7 +252,7 @@ INJECTION_POINTS = {
     "install-path": (_path, "h100-megatron", "megatron-core-0.16",
                      lambda d, v: [("COPY", "word", _in_path(v)), ("RUN", "word", _in_path(v))]),
     "pythonpath-env": (_path_pythonpath, "h100-megatron", "megatron-core-0.16",
-                       lambda d, v: [("ENV", "in", "PYTHONPATH=" + _dq_text(_in_path(v))),
+                       lambda d, v: [("ENV", "in", "PYTHONPATH=" + _dq_text(_in_path(v))[:-1] + "${PYTHONPATH:+:"),
                                      ("COPY", "word", _in_path(v))]),
     "wheel-file": (_wheel, "cpu-smoke", "cpu-torch-2.13", lambda d, v: [
         ("RUN", "word", "/wheelhouse/" + d["layers"]["cpu-torch-2.13"]["params"]["wheel"]["file"])]),

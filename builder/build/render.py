@@ -61,6 +61,14 @@ def env_value(value: Any, name: str) -> str:
     return '"' + _check(pre + parent + (":" + post if pre and post else post)) + '"'
 
 
+def prepend_to(folder: Any, name: str) -> str:
+    """ENV value putting one folder in front of a PATH-like variable, keeping what the parent has."""
+    folder = _check(folder)
+    if ":" in folder:
+        raise RenderError(f"{folder!r} holds ':', which would split {name} into two entries")
+    return dq(folder)[:-1] + f"${{{name}:+:${{{name}}}}}" + '"'
+
+
 def input_path(ref: FileRef) -> str:
     """Where a file beside stacks.yaml lies in the build context: by content, so the Dockerfile text
     (and with it the content key) changes when the file does."""
@@ -98,7 +106,8 @@ def environment(where: Path | Templates) -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.filters.update(dq=dq, sh=sh, shjoin=shjoin, env_value=env_value, input_path=input_path)
+    env.filters.update(dq=dq, sh=sh, shjoin=shjoin, env_value=env_value, input_path=input_path,
+                       prepend_to=prepend_to)
     return env
 
 
