@@ -72,19 +72,32 @@ def select(spec: Spec, selectors: Optional[List[str]], all_: bool) -> list[str]:
 @app.command()
 def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
           kinds: Optional[List[Path]] = KindsOpt,
-          strict: bool = typer.Option(False, "--strict", help="Warnings are errors too.")) -> None:
+          strict: bool = typer.Option(False, "--strict", help="Warnings are errors too (waived ones excepted)."),
+          require_locked: bool = typer.Option(False, "--require-locked", help="A base without a lock entry "
+                                              "(imgbuild lock) is an error: every fact measured."),
+          as_json: bool = typer.Option(False, "--json", help="The findings (and any refusal) as JSON.")) -> None:
     """Validate stacks.yaml, render the selected stacks, run preflight and lint (no Docker needed)."""
     from builder.rules.review import review
+    STATE["json"] = as_json
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_ or not selectors)
+    result = review(spec, names, strict, require_locked)
+    ok = not result.errors()
+    if as_json:
+        echo(json.dumps({"file": str(file), "stacks": names, "ok": ok, "summary": result.summary,
+                         "facts": result.facts, "findings": [f.to_json() for f in result.findings]},
+                        indent=2, sort_keys=True))
+        if not ok:
+            raise SystemExit(PreflightError.exit_code)
+        return
     for line in spec.kinds.describe({d.kind.name for n in names for d in spec.stack(n).chain}):
         echo(line)   # where each kind used (and the skeleton) came from: shipped or site
-    result = review(spec, names, strict)
     for finding in result.findings:
         echo(finding.render())
-    if result.errors():
+    if not ok:
         raise PreflightError(f"{file}: {result.summary} in {len(names)} stack(s) ({result.facts})",
-                             hint="each finding names its key, rule and fact; --strict also fails on warnings")
+                             hint="each finding names its key, rule and fact; --strict also fails on warnings; "
+                                  "a stack accepts a warning with stacks.NAME.waivers")
     echo(f"ok: {file}: {len(names)} stack(s), {result.nodes} layer node(s) rendered; preflight and lint: "
                f"{result.summary} ({result.facts})")
 

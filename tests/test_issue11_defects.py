@@ -252,3 +252,94 @@ def test_apex_checks_import_the_extensions_it_asked_for(tmp_path):
     assert cpp["when"] == "param:cpp_ext" and cuda["when"] == "param:cuda_ext"
     assert "fused_layer_norm_cuda" in cuda["code"]
     assert not [c for c in kind.checks if c.check == "import" and dict(c.args)["module"] == "fused_layer_norm_cuda"]
+
+
+# -- defect 6: per-stack waivers, --strict, unknowns and --require-locked ------------------------------------
+
+DS16 = {"ds16": {"kind": "deepspeed", "params": {"version": "0.16.0", "ops": []}}}   # IB041: a warning
+
+
+def _waived_spec(tmp_path, waivers, sub="w", **stack):
+    stacks = {"s": {"base": "ngc-decl", "layers": ["site", "ds16"], "gpus": ["H100"], **stack}}
+    if waivers is not None:
+        stacks["s"]["waivers"] = waivers
+    return write_spec(tmp_path, stacks, {"layers": DS16}, sub=sub)
+
+
+def test_a_waived_warning_does_not_fail_strict_and_is_shown(tmp_path):
+    """Guards issue 11 defect 6: --strict could not accept a known, understood warning for one stack. A
+    waiver (rule + reason) in stacks.NAME.waivers lets --strict pass and is shown in the text and JSON
+    reports as "waived: IBxxx ... (reason)"."""
+    plain = _waived_spec(tmp_path, None, sub="plain")
+    assert run_cli("check", "--strict", "-f", plain).code == 3
+    file = _waived_spec(tmp_path, [{"rule": "IB041", "reason": "classifiers only; tested on 3.12 by us"}])
+    res = run_cli("check", "--strict", "-f", file)
+    assert res.code == 0, res.output
+    assert "waived: IB041 [s]" in res.out and "(classifiers only; tested on 3.12 by us)" in res.out, res.out
+    assert "1 waived" in res.out
+    res = run_cli("check", "--strict", "--json", "-f", file)
+    assert res.code == 0, res.output
+    found = json.loads(res.out)["findings"]
+    assert [(f["rule"], f["waived"]) for f in found] == [("IB041", "classifiers only; tested on 3.12 by us")]
+
+
+def test_waivers_are_inherited_through_extends(tmp_path):
+    """Guards issue 11 defect 6: a stack that extends a waiving stack inherits its waivers (and adds its own)."""
+    stacks = {"s": {"base": "ngc-decl", "layers": ["site", "ds16"], "gpus": ["H100"],
+                    "waivers": [{"rule": "IB041", "reason": "classifiers only"}]},
+              "t": {"extends": "s", "description": "the same, described"}}
+    file = write_spec(tmp_path, stacks, {"layers": DS16})
+    res = run_cli("check", "--strict", "-f", file)
+    assert res.code == 0, res.output
+    assert "waived: IB041 [t]" in res.out and "waived: IB041 [s]" in res.out
+
+
+@pytest.mark.parametrize("waiver,key,reason", [
+    ({"rule": "IB999", "reason": "x is fine"}, "stacks.s.waivers[0].rule", "not a known rule"),
+    ({"rule": "IB041"}, "stacks.s.waivers[0]", "missing required key 'reason'"),
+    ({"rule": "IB041", "reason": "  "}, "stacks.s.waivers[0].reason", "say why"),
+    ({"rule": "IB041", "reason": "ok", "until": "2027"}, "stacks.s.waivers[0].until", "unknown key 'until'"),
+    ("IB041", "stacks.s.waivers[0]", "expected a mapping"),
+])
+def test_bad_waivers_are_refused_at_load(tmp_path, waiver, key, reason):
+    """Guards issue 11 defect 6: a waiver names a known rule id and gives a non-empty reason."""
+    file = _waived_spec(tmp_path, [waiver])
+    res = run_cli("check", "-f", file)
+    assert res.code == 2, res.output
+    assert f"{key}:" in res.err and reason in res.err, res.err
+
+
+def test_an_unused_waiver_is_reported(tmp_path):
+    """Guards issue 11 defect 6: a waiver that waives nothing is itself a warning (IB095), so waivers do not
+    rot: --strict fails on it."""
+    file = _waived_spec(tmp_path, [{"rule": "IB041", "reason": "classifiers only"},
+                                   {"rule": "IB022", "reason": "no FP8 here"}])
+    res = run_cli("check", "-f", file)
+    assert res.code == 0, res.output
+    assert "warning IB095 [s]" in res.out and "stacks.s.waivers[1]" in res.out, res.out
+    assert run_cli("check", "--strict", "-f", file).code == 3
+
+
+def test_errors_cannot_be_waived(tmp_path):
+    """Guards issue 11 defect 6 (decision): an error is a stack that cannot work; a waiver does not cover it
+    (the stack still fails, and the waiver is reported as waiving nothing)."""
+    stacks = {"s": {"base": "ngc-decl", "layers": ["site"], "gpus": ["V100"],     # IB011: an error
+                    "waivers": [{"rule": "IB011", "reason": "we know"}]}}
+    file = write_spec(tmp_path, stacks)
+    res = run_cli("check", "-f", file)
+    assert res.code == 3, res.output
+    assert "error IB011 [s]" in res.out and "IB095" in res.out and "errors cannot be waived" in res.out, res.out
+
+
+def test_require_locked(tmp_path):
+    """Guards issue 11 defect 6: a site CI can demand that every base is locked (a lock entry measured from
+    the image stacks.yaml names now): check --require-locked fails without one, passes with one."""
+    file = write_spec(tmp_path, {"s": {"base": "ngc-decl", "layers": ["site"], "gpus": ["H100"]}})
+    assert run_cli("check", "-f", file).code == 0
+    res = run_cli("check", "--require-locked", "-f", file)
+    assert res.code == 3, res.output
+    assert "error IB092 [s]" in res.out and "bases.ngc-decl" in res.out and "imgbuild lock" in res.out, res.out
+    locked = write_spec(tmp_path, {"s": {"base": "ngc-decl", "layers": ["site"], "gpus": ["H100"]}}, sub="locked",
+                        lock=("ngc-decl", {"cuda": "13.0.1", "python": "3.12.3", "torch": "2.9.0a0+50eac811a6"}))
+    res = run_cli("check", "--require-locked", "-f", locked)
+    assert res.code == 0, res.output

@@ -6,10 +6,11 @@ build refuses exactly what `check` refuses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from builder.errors import PreflightError
+from builder.load.yamlsrc import dotted
 from builder.rules.findings import Finding, errors, ordered, strict as make_strict, summary
 from builder.rules.lint import lint_rendered, lint_spec
 from builder.build.lockfile import Lock, load_lock
@@ -36,14 +37,68 @@ class Review:
         return errors(self.findings)
 
 
-def review(spec: Spec, stacks: list[str], strict: bool = False) -> Review:
+def review(spec: Spec, stacks: list[str], strict: bool = False, require_locked: bool = False) -> Review:
+    """strict: warnings are errors (waived ones excepted). require_locked: a base without a lock entry
+    measured from the image stacks.yaml names now is an error (IB092), for a site CI that wants every
+    fact measured rather than declared or from the catalog."""
     lock = load_lock(spec.file)
     # Rendered Dockerfiles do not depend on base digests (the parent is a build argument), so the plan
     # here needs no registry.
     plan = make_plan(spec, stacks)
-    linted = lint_spec(spec, stacks, lock) + lint_rendered(spec, plan, lock)
-    found = ordered(preflight(spec, stacks, lock, strict) + (make_strict(linted) if strict else linted))
-    return Review(found, lock, len(plan.nodes))
+    rendered = lint_rendered(spec, plan, lock)
+    found = preflight(spec, stacks, lock) + lint_spec(spec, stacks, lock) + rendered
+    if require_locked:
+        found += _unlocked(spec, stacks, lock)
+    found = _waive(spec, stacks, found, set(rendered))
+    return Review(ordered(make_strict(found) if strict else found), lock, len(plan.nodes))
+
+
+def _unlocked(spec: Spec, stacks: list[str], lock: Lock | None) -> list[Finding]:
+    out = []
+    for name in stacks:
+        base = spec.stack(name).base
+        entry = lock.bases.get(base.name) if lock is not None else None
+        if entry is not None and base.locked_by(entry, spec.site):
+            continue
+        why = ("no lock file" if lock is None else f"{lock.file} has no entry for it" if entry is None
+               else f"{lock.file} was probed from {entry.image}@{entry.digest}, not the image stacks.yaml names now")
+        key = ("bases", base.name)
+        out.append(Finding(rule="IB092", severity="error", message=f"base {base.name} is not locked ({why}); "
+                           "--require-locked wants every base measured", file=spec.file,
+                           line=spec.doc.line(key) if spec.doc else None, key=dotted(key), stack=name,
+                           fix=f"imgbuild lock base={base.name}, and commit the lock file"))
+    return out
+
+
+def _waive(spec: Spec, stacks: list[str], found: list[Finding], rendered: set) -> list[Finding]:
+    """Mark the warnings and unknowns each stack waives, and report every waiver that waived nothing
+    (IB095), so that none outlives its reason. A finding about a rendered layer image concerns every
+    selected stack whose chain holds that layer: it is waived only if all of them waive it. Errors are
+    never waived."""
+    by_layer: dict = {}
+    for name in stacks:
+        for layer in spec.stack(name).chain:
+            by_layer.setdefault(dotted((layer.section, layer.name)), []).append(name)
+    waivers = {name: {w.rule: w for w in spec.stack(name).waivers} for name in stacks}
+    used: set = set()
+    out = []
+    for f in found:
+        concerned = set(by_layer.get(f.key, [])) | {f.stack} if f in rendered else {f.stack}
+        matching = [waivers.get(s, {}).get(f.rule) for s in concerned]
+        if f.severity == "error" or not all(matching):
+            out.append(f)
+            continue
+        used.update((s, f.rule) for s in concerned)
+        out.append(replace(f, waived=waivers[f.stack][f.rule].reason))
+    for name in stacks:
+        for w in spec.stack(name).waivers:
+            if (name, w.rule) not in used:
+                out.append(Finding(rule="IB095", severity="warning", file=spec.file,
+                                   line=spec.doc.line(w.key) if spec.doc else None, key=dotted(w.key), stack=name,
+                                   message=f"the waiver of {w.rule} waives nothing in this stack: no warning or "
+                                           f"unknown {w.rule} here (errors cannot be waived)",
+                                   fix="remove the waiver, or fix what it was for"))
+    return out
 
 
 def gate(spec: Spec, stacks: list[str], say: Callable[[str], None], strict: bool = False) -> Review:
