@@ -174,3 +174,9 @@ def test_a_missed_fragile_pattern_is_found(case):
 def test_new_rules_are_documented():
     from builder.rules.lint import PATTERNS
     assert {"IB113", "IB114"} <= set(PATTERNS)
+
+
+def test_a_git_url_held_in_an_arg_and_uv_python_are_read():
+    found = rules(NGC + "ARG apex_url=git+https://github.com/NVIDIA/apex.git@25.04\nRUN pip install ${apex_url}\n"
+                  "ARG PY=3.12\nRUN uv python install ${PY}\n")
+    assert found == ["IB101:3", "IB103:5"]

@@ -300,7 +300,8 @@ class Context:
         for ins in self.instructions:
             if ins.keyword == "RUN":
                 body = re.sub(r"^(--\S+\s+)+", lambda m: " " * len(m.group(0)), ins.args)
-                out[id(ins)] = blank_comments(body)
+                # a backslash-newline inside a heredoc continues the shell line, as in any script
+                out[id(ins)] = blank_comments(body).replace("\\\n", "  ")
         return out
 
     @cached_property
@@ -489,11 +490,12 @@ def floating_refs(ctx: Context) -> None:
                 ref = None
             if ref:
                 refs.append(ref)
+        refs = [(ref, offset) for ref in refs]
         for a in w:
-            ref = _git_url_ref(a)
+            ref = _git_url_ref(expand(a, values))          # ARG apex_url=git+https://...@25.04
             if ref:
-                refs.append(ref)
-        for ref in refs:
+                refs.append((ref, offset + max(text.find(a), 0)))
+        for ref, offset in refs:
             ref = expand(ref, values)
             if HEX40.match(ref) or ref.startswith("$"):
                 continue
@@ -512,6 +514,14 @@ def unpinned_installs(ctx: Context) -> None:
     for ins, text, _, offset in ctx.runs():
         args = _pip_args(text)
         conda = _conda_args(text) if args is None else None
+        w = _command(text)
+        if w[:3] == ("uv", "python", "install"):
+            for v in w[3:]:
+                value = expand(v, ctx.values(ins))
+                if re.fullmatch(r"(?:cpython-)?3\.\d+", value):
+                    ctx.add("IB103", "error", ins, offset + max(text.find(v), 0), f"uv installs Python {value} without "
+                            "an exact version: the image gets whichever patch release is newest",
+                            f"pin it: uv python install {value}.<patch>")
         if conda is not None:
             tool, specs = conda
             values = ctx.values(ins)
@@ -684,7 +694,8 @@ def cuda_flavours(ctx: Context) -> None:
                 continue
             at = offset + max(text.find(a), 0)
             if ctx.base_cuda is None:
-                ctx.add("IB108", "unknown", ins, at, f"{value!r} is built for CUDA {flavour}; the base's CUDA is not "
+                shown = f"{flavour[:2]}.{flavour[2]}" if len(flavour) == 3 else flavour
+                ctx.add("IB108", "unknown", ins, at, f"{value!r} is built for CUDA {shown}; the base's CUDA is not "
                         "known, so the match cannot be checked", "lint against a known base (FROM nvcr.io/nvidia/"
                         "pytorch:YY.MM-py3 or nvidia/cuda:X.Y.Z-...)")
             elif int(flavour[:2]) != ctx.base_cuda.major:
