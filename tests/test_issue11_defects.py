@@ -343,3 +343,24 @@ def test_require_locked(tmp_path):
                         lock=("ngc-decl", {"cuda": "13.0.1", "python": "3.12.3", "torch": "2.9.0a0+50eac811a6"}))
     res = run_cli("check", "--require-locked", "-f", locked)
     assert res.code == 0, res.output
+
+
+def test_project_extras(tmp_path):
+    """Guards issue 11 defect 4 (addition): `extras` are names (checked at load) installed as path[a,b],
+    and need an install that installs dependencies (an extra only adds dependencies): with pip-no-deps or
+    pythonpath they would do nothing, so preflight refuses them (IB080)."""
+    assert _pip_lines(tmp_path, "x", install="pip", packages=[], extras=["dev", "1bit"]) == [
+        "python -m pip install --progress-bar off '/opt/project[dev,1bit]'"]
+    assert _pip_lines(tmp_path, "xe", install="pip-editable", packages=[], extras=["metrics"]) == [
+        "python -m pip install --progress-bar off -e '/opt/project[metrics]'"]
+    proj = copy.deepcopy(PROJECT)
+    proj["params"]["extras"] = ["dev", "--index-url=http://x"]
+    file = write_spec(tmp_path, {"s": {"base": "ngc-decl", "layers": ["site"], "project": "p"}},
+                      {"projects": {"p": proj}}, sub="bad")
+    res = run_cli("check", "-f", file)
+    assert res.code == 2 and "projects.p.params.extras[1]" in res.err, res.output
+    proj["params"]["extras"] = ["dev"]        # install: pip-no-deps, the default
+    file = write_spec(tmp_path, {"s": {"base": "ngc-decl", "layers": ["site"], "project": "p"}},
+                      {"projects": {"p": proj}}, sub="nodeps")
+    res = run_cli("check", "-f", file)
+    assert res.code == 3 and "error IB080 [s]" in res.out and "projects.p.params.extras" in res.out, res.output

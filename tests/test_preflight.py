@@ -258,6 +258,10 @@ FAILS = [
          r"layer 'p' pins vllm==0\.6\.0", "projects.p.params.packages[0]",
          extra={"projects": {"p": {"kind": "project", "params": {"source": {"repo": "https://example.com/p.git",
                                                                             "commit": "a" * 40}, "packages": ["vllm==0.6.0"]}}}}),
+    Fail("extras-without-deps", S("fresh", ["site"], project="px"), "IB080", "error",
+         r"layer 'px' asks for extras dev but installs with pip-no-deps, which installs none of their dependencies",
+         "projects.px.params.extras", extra={"projects": {"px": {"kind": "project", "params": {
+             "source": {"repo": "https://example.com/p.git", "commit": "a" * 40}, "extras": ["dev"]}}}}),
     Fail("nccl-wheel-beside-ngc", S("ngc2509", ["site", "d"]), "IB075", "warning",
          r"nvidia-nccl-cu13==2\.28\.9 beside the NGC torch, which uses the container's NCCL", "layers.d.params.packages[0]",
          extra={"layers": {"d": ds("0.19.5", packages=["nvidia-nccl-cu13==2.28.9"])}}),

@@ -419,6 +419,23 @@ def megatron(ctx: Ctx) -> Iterator[Finding]:
                            [fact, te], known, fix="build a Transformer Engine in that range")
 
 
+# -- project installs -------------------------------------------------------------------------------
+
+@rule("IB080", "extras that pip installs without their dependencies")
+def extras_without_deps(ctx: Ctx) -> Iterator[Finding]:
+    """An extra only adds dependencies: with install pip-no-deps (pip --no-deps) or pythonpath (no pip)
+    it would install nothing, silently. Any kind with `extras` and `install` parameters."""
+    for layer in ctx.stack.chain:
+        params = dict(layer.params)
+        if params.get("extras") and params.get("install") in ("pip-no-deps", "pythonpath"):
+            yield ctx.find("IB080", "error", ctx.layer_key(layer, "extras"), f"layer {layer.name!r} asks for extras "
+                           f"{', '.join(params['extras'])} but installs with {params['install']}, which installs "
+                           "none of their dependencies", source="an extra names optional dependencies "
+                           "(PEP 508, core metadata Provides-Extra); pip --no-deps installs no dependency",
+                           fix="install: pip (or pip-editable), or list the "
+                           "dependencies under packages instead of extras")
+
+
 # -- torch replaced, NCCL skew, base facts ----------------------------------------------------------
 
 @rule("IB070", "a pip requirement that replaces the base's torch")
