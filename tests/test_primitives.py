@@ -404,3 +404,17 @@ def test_submodule_urls_go_through_the_allowlist(tmp_path, monkeypatch):
     _git(tmp_path, "clone", "-q", "--bare", str(top), str(tmp_path / "top.git"))
     with pytest.raises(SourceError, match="is not a git URL"):
         export(GitPin(f"file://{tmp_path}/top.git", _git(top, "rev-parse", "HEAD"), True), tmp_path / "out")
+
+
+@pytest.mark.parametrize("kind, extra", [("project", {}), ("megatron", {"version": "0.16.0"})])
+def test_pythonpath_installs_extend_pythonpath(write, kind, extra):
+    """examples/real finding F6: `install: pythonpath` wrote ENV PYTHONPATH=/path and dropped what a
+    layer beneath had put there."""
+    data = copy.deepcopy(BASE)
+    data["layers"]["sys"] = {"kind": "system-setup", "params": {"env": {"PYTHONPATH": {"prepend": ["/opt/lib"]}}}}
+    data["stacks"]["s"]["layers"].append("sys")
+    data["projects"] = {"p": {"kind": kind, "params": {"install": "pythonpath", "path": "/mount/p", **extra,
+                                                      "source": {"repo": "https://example.com/p.git", "commit": SHA}}}}
+    data["stacks"]["s"]["project"] = "p"
+    path = write(data, sub="pp")
+    assert 'ENV PYTHONPATH="/mount/p${PYTHONPATH:+:${PYTHONPATH}}"' in dockerfile(path, "p")
