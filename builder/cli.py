@@ -20,7 +20,7 @@ from builder.redact import redact
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Declared, pinned, validated GPU training images from one stacks.yaml.")
-STATE = {"debug": False}
+STATE = {"debug": False, "json": False}
 
 
 def echo(text: object = "", err: bool = False) -> None:
@@ -49,6 +49,7 @@ def root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     STATE["debug"] = debug
+    STATE["json"] = False   # a command with --json sets it: a refusal is then printed as JSON too
 
 
 def select(spec: Spec, selectors: Optional[List[str]], all_: bool) -> list[str]:
@@ -339,6 +340,8 @@ def main() -> None:
     except ImgbuildError as exc:
         if STATE["debug"]:
             echo(traceback.format_exc().rstrip("\n"), err=True)
+        if STATE.get("json") and isinstance(exc, SpecError):
+            echo(json.dumps({"ok": False, "error": exc.to_json()}, indent=2, sort_keys=True))
         echo(exc.render(), err=True)
         sys.exit(exc.exit_code)
     except (Interrupted, KeyboardInterrupt):

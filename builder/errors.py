@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from builder.redact import redact
 
 
@@ -25,14 +27,46 @@ class ImgbuildError(Exception):
         return redact(text)
 
 
+# Spec refusals (SpecError) carry a stable rule id per class of refusal, like preflight (IB0xx) and lint
+# (IB1xx) findings: (id, what, reasons of that class). A refusal raised without an explicit `rule` gets the
+# first class whose pattern its reason matches (the refusals of builder.load.params are ParamErrors turned
+# into SpecErrors, so their reasons are what is classified); IB299 is every other refusal.
+SPEC_RULES: tuple = (
+    ("IB201", "unknown key or parameter", r"^unknown (?:key|parameter)\b|^an unknown key of"),
+    ("IB207", "credentials in stacks.yaml", r"credential|netrc"),
+    ("IB206", "bad git URL or pin", r"is not a git URL|40-hex commit|git requirement"),
+    ("IB205", "unpinned or invalid requirement", r"is not pinned|wildcard is a range|not a valid requirement"),
+    ("IB203", "missing required key or parameter", r"^missing\b|needs? (?:a|an|one or more) |is required"),
+    ("IB204", "unknown reference", r"^unknown (?:base|layer|project|runtime|stack|GPU|tag field)|^no stack named"
+                                   r"|^unknown layer kind|names no parameter"),
+    ("IB202", "wrong type", r"^expected |, got (?:a|an) "),
+    ("IB209", "YAML the strict reader refuses", r"YAML|alias|nested deeper|MiB|not a regular file|linked from"),
+    ("IB210", "an impossible stack structure", r"cycle|appears twice|already used|can only be first|first layer "
+                                              r"must|adopts|no target GPU|which no layer beneath it|cannot be declared"),
+    ("IB208", "a value outside its grammar", r"is not (?:a|an|one of|valid)|control character|listed twice|"
+                                           r"can never be|characters a Docker tag"),
+)
+SPEC_OTHER = ("IB299", "another refusal of stacks.yaml or a layer kind")
+
+
+def spec_rule(reason: str) -> str:
+    """The rule id of a spec refusal, by the class its reason belongs to (SPEC_RULES)."""
+    for rule, _, pattern in SPEC_RULES:
+        if re.search(pattern, reason):
+            return rule
+    return SPEC_OTHER[0]
+
+
 class SpecError(ImgbuildError):
-    """stacks.yaml or a layer kind is malformed: unknown key, wrong type, bad reference, cycle, ..."""
+    """stacks.yaml or a layer kind is malformed: unknown key, wrong type, bad reference, cycle, ...
+    Printed as `spec error[IB2xx]: file:line: key: reason`; `rule` is given where it is raised or
+    classified from the reason (spec_rule)."""
 
     exit_code = 2
     label = "spec error"
 
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
-                 key: str | None = None, hint: str | None = None):
+                 key: str | None = None, hint: str | None = None, rule: str | None = None):
         where = ""
         if file:
             where = file + (f":{line}" if line else "")
@@ -40,6 +74,12 @@ class SpecError(ImgbuildError):
             where = f"{where}: {key}" if where else key
         super().__init__(f"{where}: {message}" if where else message, hint=hint)
         self.file, self.line, self.key, self.reason = file, line, key, message
+        self.rule = rule or spec_rule(message)
+        self.label = f"spec error[{self.rule}]"
+
+    def to_json(self) -> dict:
+        return {"rule": self.rule, "file": self.file, "line": self.line, "key": self.key,
+                "reason": redact(self.reason), "hint": redact(self.hint) if self.hint else None}
 
 
 class RenderError(ImgbuildError):

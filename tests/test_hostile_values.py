@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_kinds, run_cli, write_stacks
-from test_spec_errors import VALID, assert_refused, marked_line
+from test_spec_errors import VALID, assert_refused, marked_line, unruled
 
 GIT = 'source: {repo: "https://example.com/m.git", commit: 0123456789abcdef0123456789abcdef01234567}'
 DS = 'params: {version: "0.19.5", ops: [fused_adam]}'
@@ -190,7 +190,7 @@ def test_kind_files_must_be_regular(what, make, reason, tmp_path):
     res = run_cli("check", "-f", file)
     assert res.code == 2, res.output
     assert "Traceback" not in res.err and "internal error" not in res.err
-    assert res.err.startswith(f"spec error: {files / 'bad'}: "), res.err
+    assert unruled(res.err).startswith(f"spec error: {files / 'bad'}: "), res.err
     assert reason in res.err
 
 
@@ -204,7 +204,7 @@ def test_kind_folder_with_control_character(tmp_path):
     res = run_cli("check", "-f", file)
     assert res.code == 2, res.output
     assert "\x1b" not in res.err
-    assert res.err.startswith(f"spec error: {root / 'layers'}: {str(repr('bad' + chr(27) + 'kind'))}"), res.err
+    assert unruled(res.err).startswith(f"spec error: {root / 'layers'}: {str(repr('bad' + chr(27) + 'kind'))}"), res.err
     assert "is not a valid kind name" in res.err
 
 

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from conftest import run_cli, write_stacks
-from test_spec_errors import VALID
+from test_spec_errors import VALID, unruled
 
 from builder.load import yamlsrc
 
@@ -33,7 +33,7 @@ def refused(res, file, reason: str, line: int | None = None, key: str | None = N
     where = str(file) + (f":{line}" if line else "")
     if key:
         where += f": {key}"
-    assert f"spec error: {where}: " in res.err, res.err
+    assert f"spec error: {where}: " in unruled(res.err), res.err
     assert reason in res.err.split("\n  hint: ")[0], res.err
     if hint:
         assert hint in res.err, res.err
@@ -192,7 +192,7 @@ def test_a_link_to_a_secret_file_is_not_quoted(tmp_path, content, command):
     assert res.code == 2, res.output
     assert SECRET not in res.output, res.output
     assert "Traceback" not in res.output and "internal error" not in res.output
-    assert res.err.startswith(f"spec error: {file}"), res.err
+    assert unruled(res.err).startswith(f"spec error: {file}"), res.err
 
 
 def test_a_link_to_a_shadow_file_whose_line_is_a_key_is_not_quoted(tmp_path):

@@ -364,3 +364,49 @@ def test_project_extras(tmp_path):
                       {"projects": {"p": proj}}, sub="nodeps")
     res = run_cli("check", "-f", file)
     assert res.code == 3 and "error IB080 [s]" in res.out and "projects.p.params.extras" in res.out, res.output
+
+
+# -- defect 7: spec refusals carry a rule id ---------------------------------------------------------------
+
+@pytest.mark.parametrize("stacks,rule,key", [
+    ({"s": {"base": "ngc-decl", "layers": ["site"], "colour": "blue"}}, "IB201", "stacks.s.colour"),
+    ({"s": {"base": "ngc-decl", "layers": "site"}}, "IB202", "stacks.s.layers"),
+    ({"s": {"layers": ["site"]}}, "IB203", "stacks.s"),
+    ({"s": {"base": "ngc-99", "layers": ["site"]}}, "IB204", "stacks.s.base"),
+    ({"s": {"base": "ngc-decl", "layers": ["site", "ds"]}}, "IB210", "stacks.s.gpus"),
+])
+def test_spec_refusals_carry_a_rule_id(tmp_path, stacks, rule, key):
+    """Guards issue 11 defect 7: refusals at load had no rule id, unlike preflight and lint findings. Each
+    class of refusal has a stable id (builder.errors.SPEC_RULES), in the message and in check --json."""
+    file = write_spec(tmp_path, stacks)
+    res = run_cli("check", "-f", file)
+    assert res.code == 2 and res.err.startswith(f"spec error[{rule}]: {file}:"), res.err
+    assert f": {key}: " in res.err
+    res = run_cli("check", "--json", "-f", file)
+    assert res.code == 2
+    error = json.loads(res.out)["error"]
+    assert error["rule"] == rule and error["key"] == key and error["file"] == str(file) and error["reason"]
+
+
+def test_param_refusals_are_classified(tmp_path):
+    """Guards issue 11 defect 7: refusals of parameter values (builder.load.params, raised as ParamError and
+    turned into SpecError in spec.py) get the id of their class: unpinned requirement, bad git URL,
+    credentials."""
+    from builder.errors import SpecError
+    cases = [({"packages": ["numpy>=1"]}, "IB205"), ({"packages": ["numpy==2.*"]}, "IB205")]
+    for i, (params, rule) in enumerate(cases):
+        layers = {"ds": {"kind": "deepspeed", "params": {"version": "0.19.5", "ops": [], **params}}}
+        file = write_spec(tmp_path, {"s": {"base": "ngc-decl", "layers": ["site", "ds"]}}, {"layers": layers},
+                          sub=f"c{i}")
+        with pytest.raises(SpecError) as exc:
+            load_spec(file)
+        assert exc.value.rule == rule, exc.value.render()
+    proj = copy.deepcopy(PROJECT)
+    for i, (repo, rule) in enumerate([("http://example.com/p.git", "IB206"),
+                                      ("https://me:s3cr3t@example.com/p.git", "IB207")]):
+        proj["params"]["source"]["repo"] = repo
+        file = write_spec(tmp_path, {"s": {"base": "ngc-decl", "layers": ["site"], "project": "p"}},
+                          {"projects": {"p": proj}}, sub=f"g{i}")
+        with pytest.raises(SpecError) as exc:
+            load_spec(file)
+        assert exc.value.rule == rule and "s3cr3t" not in exc.value.render(), exc.value.render()

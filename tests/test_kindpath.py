@@ -21,6 +21,7 @@ from builder.build.plan import make_plan
 from builder.build.render import render_layer
 from builder.load.spec import load_spec
 from conftest import REPO, STACKS, run_cli, shipped_data, write_stacks
+from test_spec_errors import unruled
 
 SHIPPED = REPO / "layers"
 FLASH_YAML = """\
@@ -202,7 +203,7 @@ def test_a_folder_named_twice_or_the_shipped_one_counts_once(tmp_path):
 def test_a_missing_kinds_folder_is_a_spec_error(tmp_path):
     res = run_cli("check", "-f", STACKS, "--kinds", tmp_path / "nope")
     assert res.code == 2 and "Traceback" not in res.err
-    assert res.err.startswith(f"spec error: {tmp_path / 'nope'}: kinds folder not found"), res.err
+    assert unruled(res.err).startswith(f"spec error: {tmp_path / 'nope'}: kinds folder not found"), res.err
 
 
 def test_a_fragment_without_kind_yaml_shadows_nothing(tmp_path):

@@ -332,7 +332,7 @@ def test_control_characters_are_refused_at_load_time(tmp_path, point, value):
     file = write_stacks(tmp_path, data)
     res = run_cli("check", "-f", file)
     assert res.code == 2 and "Traceback" not in res.err
-    assert re.match(re.escape(f"spec error: {file}:") + r"\d+: " + re.escape(key) + ": control characters "
+    assert re.match(r"spec error\[IB2\d\d\]: " + re.escape(f"{file}:") + r"\d+: " + re.escape(key) + ": control characters "
                     r"\(newline, tab, \.\.\.\) are not allowed", res.err), res.err
 
 
@@ -345,7 +345,7 @@ def test_paths_that_cannot_be_one_copy_argument_are_refused(tmp_path, project, p
     file = write_stacks(tmp_path, data)
     res = run_cli("check", "-f", file)
     assert res.code == 2 and "Traceback" not in res.err
-    assert re.match(re.escape(f"spec error: {file}:") + r"\d+: " + re.escape(f"projects.{project}.params.path: "
+    assert re.match(r"spec error\[IB2\d\d\]: " + re.escape(f"{file}:") + r"\d+: " + re.escape(f"projects.{project}.params.path: "
                     f"{path!r} is not an absolute path without spaces"), res.err), res.err
 
 
@@ -356,7 +356,7 @@ def test_escapes_in_requirement_markers_are_refused_at_load_time(tmp_path):
     file = write_stacks(tmp_path, data)
     res = run_cli("check", "-f", file)
     assert res.code == 2 and "Traceback" not in res.err
-    assert re.match(re.escape(f"spec error: {file}:") + r"\d+: layers\.ds-0\.19\.5-hopper\.params\.packages\[0\]: "
+    assert re.match(r"spec error\[IB2\d\d\]: " + re.escape(f"{file}:") + r"\d+: layers\.ds-0\.19\.5-hopper\.params\.packages\[0\]: "
                     r".*control characters", res.err), res.err
 
 

@@ -235,6 +235,14 @@ def marked_line(text: str) -> int:
     return lines[0]
 
 
+SPEC_RULE = re.compile(r"^spec error\[IB2\d\d\]", re.M)
+
+
+def unruled(text: str) -> str:
+    """A refusal as printed, its rule id (spec error[IB2xx], issue 11) taken out: for asserting the rest."""
+    return SPEC_RULE.sub("spec error", text)
+
+
 def assert_refused(res, file, reason, line=None, key=None, hint=None):
     assert res.code == 2, res.output
     assert "Traceback" not in res.err
@@ -242,7 +250,8 @@ def assert_refused(res, file, reason, line=None, key=None, hint=None):
     where = str(file) + (f":{line}" if line else "")
     if key:
         where += f": {key}"
-    assert res.err.startswith(f"spec error: {where}: "), res.err
+    assert SPEC_RULE.match(res.err), res.err
+    assert unruled(res.err).startswith(f"spec error: {where}: "), res.err
     message = res.err.split("\n  hint: ")[0]
     assert reason in message, res.err
     if hint:
@@ -373,7 +382,7 @@ def test_debug_shows_the_traceback(write):
     assert "Traceback" not in plain.err
     assert "Traceback (most recent call last)" in debug.err
     assert "SpecError" in debug.err
-    assert "spec error:" in debug.err and "unknown base 'ngc-99'" in debug.err
+    assert "spec error[IB204]:" in debug.err and "unknown base 'ngc-99'" in debug.err
 
 
 def test_unknown_stack_selected(write):
@@ -391,5 +400,5 @@ def test_installed_entry_point_as_subprocess(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == "" and "Traceback" not in proc.stderr
-    assert (f"spec error: {file}:{marked_line(text)}: projects.proj.params.source.commit: 'main' is not a "
+    assert (f"spec error[IB206]: {file}:{marked_line(text)}: projects.proj.params.source.commit: 'main' is not a "
             "full 40-hex commit sha") in proc.stderr

@@ -3,6 +3,7 @@ compared with the commit before it. No Docker, no registry."""
 
 from __future__ import annotations
 
+import re
 import json
 import shutil
 import subprocess
@@ -314,7 +315,7 @@ def test_a_broken_revision_is_named_with_its_file_and_line(tmp_path, cli):
     commit(root, "broken")
     result = cli("diff", "good", "broken", "-f", str(root / "stacks.yaml"))
     assert result.code == 2
-    assert "broken (" in result.err and "spec error: stacks.yaml:" in result.err
+    assert "broken (" in result.err and re.search(r"spec error\[IB2\d\d\]: stacks\.yaml:", result.err)
     assert "unknown key 'colour'" in result.err and "imgbuild-diff-" not in result.err
 
 
