@@ -258,6 +258,11 @@ FAILS = [
          r"layer 'p' pins vllm==0\.6\.0", "projects.p.params.packages[0]",
          extra={"projects": {"p": {"kind": "project", "params": {"source": {"repo": "https://example.com/p.git",
                                                                             "commit": "a" * 40}, "packages": ["vllm==0.6.0"]}}}}),
+    Fail("compiled-beneath-torch-swap", S("ngc2509", ["site", "d", "swap"]), "IB071", "warning",
+         r"layer 'swap' replaces torch \(a test swap\), but 'd' beneath it was compiled against the torch it replaces",
+         "layers.swap.params.replace_torch",
+         extra={"layers": {"d": ds("0.19.5"), "swap": {"kind": "pip", "params": {
+             "packages": ["torch==2.9.0"], "replace_torch": "a test swap"}}}}),
     Fail("extras-without-deps", S("fresh", ["site"], project="px"), "IB080", "error",
          r"layer 'px' asks for extras dev but installs with pip-no-deps, which installs none of their dependencies",
          "projects.px.params.extras", extra={"projects": {"px": {"kind": "project", "params": {

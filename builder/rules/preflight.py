@@ -448,11 +448,23 @@ def torch_replaced(ctx: Ctx) -> Iterator[Finding]:
         return
     replacers = catalog.torch_replacers()
     for name, (pinned, key, layer) in ctx.facts.pins.items():
-        if name in replacers.value and not (name == "torch" and pinned == torch.value):
-            yield ctx.find("IB070", "error", key, f"layer {layer.name!r} pins {name}=={pinned}, which brings its own "
-                           f"torch over the base's {torch.value}", [torch], replacers,
-                           fix=f"drop {name} from packages: everything compiled in this stack is built against "
-                               "the base's torch")
+        if name not in replacers.value or (name == "torch" and pinned == torch.value):
+            continue
+        if dict(layer.params).get("replace_torch"):
+            continue   # a declared swap (pip kind): its reason is shown by plan --explain
+        if not (torch.value.is_prerelease or torch.value.local):
+            # torch is a release (a swap declared beneath): a package pinning the same torch keeps it, and
+            # which torch this one pins is not in the catalog. The constraint stops the build if they differ.
+            yield ctx.unknown("IB070", key, f"layer {layer.name!r} pins {name}=={pinned}, which pins a torch of its "
+                              f"own; whether that is the stack's torch {torch.value} is not known (the constraint "
+                              "that keeps torch stops the build if not)",
+                              fix=f"read which torch {name} {pinned} requires (Requires-Dist in its METADATA); "
+                                  "if it is another one, declare the swap in that layer with replace_torch")
+            continue
+        yield ctx.find("IB070", "error", key, f"layer {layer.name!r} pins {name}=={pinned}, which brings its own "
+                       f"torch over the base's {torch.value}", [torch], replacers,
+                       fix=f"drop {name} from packages, or declare the swap: a pip layer with replace_torch "
+                           "and the reason (everything compiled beneath it must be compiled again)")
     layer, ds = ctx.facts.providers.get("deepspeed"), ctx.facts.version("deepspeed")
     if layer is None or ds is None:
         return
@@ -462,6 +474,25 @@ def torch_replaced(ctx: Ctx) -> Iterator[Finding]:
                            f"which the base's torch {torch.value} does not satisfy (a PEP 440 pre-release sorts "
                            "below its release): pip would replace torch", [torch], known,
                            fix="use a base whose torch satisfies it, or a DeepSpeed without that requirement")
+
+
+@rule("IB071", "code compiled against torch beneath a declared torch swap")
+def compiled_beneath_swap(ctx: Ctx) -> Iterator[Finding]:
+    """C++/CUDA extensions link against the torch they were built with (its ABI, its c10 symbols): a
+    torch replaced above them leaves them loading against another one, which fails at import or, worse,
+    at the first call."""
+    chain = ctx.stack.chain
+    for i, swap in enumerate(chain):
+        reason = dict(swap.params).get("replace_torch")
+        if not reason:
+            continue
+        for layer in chain[:i]:
+            if "torch" in layer.kind.needs and ctx.stack.compiles_cuda(layer):
+                yield ctx.find("IB071", "warning", ctx.layer_key(swap, "replace_torch"),
+                               f"layer {swap.name!r} replaces torch ({reason}), but {layer.name!r} beneath it was "
+                               "compiled against the torch it replaces", [ctx.facts.get("torch")],
+                               fix=f"put {layer.name!r} above {swap.name!r} so it is compiled against the new torch, "
+                                   "or waive IB071 for this stack with the reason the ABI still matches")
 
 
 @rule("IB075", "NCCL from a pip wheel beside torch's")
