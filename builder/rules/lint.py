@@ -356,9 +356,37 @@ class Context:
         return self.scopes[id(ins)]
 
     def values(self, ins: Instruction) -> dict:
-        """The stage's variables plus the RUN's own assignments (X=1 cmd, export X=1)."""
-        own = {k: v for k, (v, _) in assignments(self.code.get(id(ins), "")).items()}
-        return {**self.scope(ins), **own}
+        """The stage's variables plus the RUN's own assignments (X=1 cmd, export X=1); once per RUN, since
+        every segment of a long RUN asks."""
+        if id(ins) not in self._values:
+            own = {k: v for k, (v, _) in assignments(self.code.get(id(ins), "")).items()}
+            self._values[id(ins)] = {**self.scope(ins), **own}
+        return self._values[id(ins)]
+
+    @cached_property
+    def _values(self) -> dict:
+        return {}
+
+    @cached_property
+    def pinned(self) -> dict[int, bool]:
+        """Whether a RUN checks out a full commit (literal, through a variable, or fetched + FETCH_HEAD), and
+        whether it moves to a ref at all (`git checkout X`), by id."""
+        out = {}
+        for ins in self.instructions:
+            if ins.keyword == "RUN":
+                code = expand(self.code[id(ins)], self.values(ins))
+                out[id(ins)] = bool(GIT_PIN.search(code) or (GIT_FETCH_PIN.search(code) and "FETCH_HEAD" in code))
+        return out
+
+    @cached_property
+    def shell_e(self) -> dict[int, bool]:
+        """Whether the SHELL in force for each instruction (by id) has -e."""
+        out, current = {}, False
+        for ins in self.instructions:
+            if ins.keyword == "SHELL":
+                current = bool(re.search(r'"-\w*e\w*"', ins.args))
+            out[id(ins)] = current
+        return out
 
 
 DOCKERFILE_RULES: list[Callable[[Context], None]] = []
@@ -463,16 +491,16 @@ def floating_refs(ctx: Context) -> None:
     """IB101 floating refs (clones of a branch, @main, release branches, a fallback clone of the default
     branch); IB102 short hashes. A ref held in a variable is read from its ARG/ENV default."""
     items = ctx.segments
+    moves = {id(i) for i, t, _, _ in items if words(t)[:1] == ("git",) and _checkout_ref(words(t))}
     for n, (ins, text, sep, offset) in enumerate(items):
         w = words(text)
         values = ctx.values(ins)
-        code = expand(ctx.code[id(ins)], values)
-        pinned = GIT_PIN.search(code) or (GIT_FETCH_PIN.search(code) and "FETCH_HEAD" in code)
+        pinned = ctx.pinned[id(ins)]
         refs = []
         if w[:2] == ("git", "clone"):
             prev = items[n - 1] if n else None
             fallback = prev is not None and prev[0] is ins and prev[2] == "||" and words(prev[1])[:2] == ("git", "clone")
-            checkout = any(_checkout_ref(words(t)) for i, t, _, _ in items if i is ins and words(t)[:1] == ("git",))
+            checkout = id(ins) in moves
             if fallback and not pinned:
                 ctx.add("IB101", "error", ins, offset, "fallback clone of the default branch after `||`: when the "
                         "first clone fails, the image silently builds from whatever the default branch holds",
@@ -486,7 +514,7 @@ def floating_refs(ctx: Context) -> None:
                 continue
         if w[:1] == ("git",):
             ref = _checkout_ref(w)
-            if ref == "FETCH_HEAD" and GIT_FETCH_PIN.search(code):
+            if ref == "FETCH_HEAD" and pinned:
                 ref = None
             if ref:
                 refs.append(ref)
@@ -616,9 +644,7 @@ def arg_scope(ctx: Context) -> None:
 def _errexit(ctx: Context, ins: Instruction) -> bool:
     """Whether the RUN's shell stops at the first failing command: SHELL [..., "-e..."], `set -e` (any
     spelling: -ex, -euo pipefail, -o errexit), or a heredoc run by `bash -e...`."""
-    shell = [i for i in ctx.instructions if i.keyword == "SHELL" and i.stage <= ins.stage
-             and ctx.instructions.index(i) < ctx.instructions.index(ins)]
-    if shell and re.search(r'"-\w*e\w*"', shell[-1].args):
+    if ctx.shell_e[id(ins)]:
         return True
     code = ctx.code[id(ins)]
     return bool(re.search(r"\bset\s+(?:-[a-zA-Z]+\s+)*-[a-zA-Z]*e|\bset\s+-o\s+errexit", code)
@@ -1010,7 +1036,13 @@ def lint_rendered(spec: Spec, plan, lock=None) -> list[Finding]:
         sf = resolve(spec, stack, lock)
         torch = sf.get("torch")
         has_torch = torch is not None and torch.value is not None
+        chain = stack.chain[:[d.name for d in stack.chain].index(node.name) + 1]
+        swapped = any(dict(d.params).get("replace_torch") for d in chain)
         for f in lint_dockerfile(node.dockerfile, node.name, sf.version("cuda"), has_torch):
+            if f.rule == "IB109" and swapped:
+                # A swap stacks.yaml declares, with its reason, in this layer or beneath: preflight judges
+                # it and what sits on it from the facts (IB070, IB071).
+                continue
             key = (node.layer.section, node.layer.name)
             out.append(Finding(rule=f.rule, severity=f.severity, file=spec.file, line=node.layer.line, key=dotted(key),
                                stack=stack.name, message=f"rendered Dockerfile line {f.line}: {f.message}",
