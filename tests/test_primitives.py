@@ -436,3 +436,28 @@ def test_torch_swap_above_compiled_code_is_a_warning_and_a_release_torch_makes_v
     assert run_cli("check", "--strict", "-f", path).code != 0
     plain = stack_with(write, vllm={"kind": "pip", "params": {"packages": ["vllm==0.10.2"]}})
     assert "error IB070" in run_cli("check", "-f", plain).out   # over NGC's pre-release torch: certain
+
+
+def test_a_layer_may_target_its_own_gpus_and_preflight_checks_them(write):
+    path = stack_with(write, gg=_cuda_source(gpus=["H100", "B200"], arch_env=["TORCH_CUDA_ARCH_LIST"]))
+    text = dockerfile(path, "gg")
+    assert "export TORCH_CUDA_ARCH_LIST='9.0;10.0'; \\" in text and 'ARG TORCH_CUDA_ARCH_LIST="9.0;10.0"' in text
+    keys = make_plan(load_spec(path), ["s"]).top("s").build_args
+    assert keys["TORCH_CUDA_ARCH_LIST"] == "9.0;10.0"
+    refused(stack_with(write, gg=_cuda_source(gpus=["H1000"])), "layers.gg.params.gpus[0]", "unknown GPU")
+    old = copy.deepcopy(BASE)
+    old["bases"]["ngc"]["provides"]["cuda"] = "12.4.1"   # B200 needs CUDA 12.8
+    old["layers"]["gg"] = _cuda_source(gpus=["B200"])
+    old["stacks"]["s"]["layers"].append("gg")
+    res = run_cli("check", "-f", write(old, sub="oldcuda"))
+    assert res.code == 3 and "error IB010" in res.out and "layers.gg.params.gpus[0]" in res.out, res.out
+
+
+def test_a_wheel_url_is_pinned_by_its_sha256(write):
+    url = "https://github.com/Dao-AILab/flash-attention/releases/download/v2.7.4/flash_attn-2.7.4-cp312-cp312-linux_x86_64.whl"
+    path = stack_with(write, tools={"kind": "pip", "params": {"packages": [f"flash-attn @ {url}#sha256={'a' * 64}"]}})
+    assert f"'flash-attn @ {url}#sha256={'a' * 64}'" in dockerfile(path, "tools")
+    for bad in (url, f"{url}#md5={'a' * 32}", url.replace("https", "http") + f"#sha256={'a' * 64}",
+                url.replace(".whl", ".tar.gz") + f"#sha256={'a' * 64}"):
+        refused(stack_with(write, tools={"kind": "pip", "params": {"packages": [f"flash-attn @ {bad}"]}}),
+                "layers.tools.params.packages[0]", "sha256")

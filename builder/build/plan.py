@@ -159,7 +159,7 @@ def base_ref(spec: Spec, stack: Stack, digests: dict) -> tuple[str, bool]:
 
 
 def node_inputs(spec: Spec, stack: Stack, layer: LayerDef, parent: str, text: str) -> tuple[dict, dict]:
-    build_args = CudaTargets.of(stack).build_args() if stack.compiles_cuda(layer) else {}
+    build_args = CudaTargets.of(stack, layer).build_args() if stack.compiles_cuda(layer) else {}
     inputs = {
         "builder_version": __version__,
         "platform": PLATFORM,

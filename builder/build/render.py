@@ -20,7 +20,8 @@ import jinja2
 from builder.errors import RenderError
 from builder.load.kindpath import SKELETON, Templates
 from builder.load.params import CONTROL, EnvPath, FileRef, GitPin, WheelPin
-from builder.load.spec import LayerDef, Spec, Stack
+from builder.load.spec import LayerDef, Spec, Stack, arch_list
+from builder.rules import catalog
 
 # Instructions a fragment may not write: the skeleton owns the stage and the labels.
 FORBIDDEN = re.compile(r"^\s*(FROM|LABEL|MAINTAINER)\b", re.IGNORECASE | re.MULTILINE)
@@ -125,8 +126,11 @@ class CudaTargets:
                  "CUDAARCHS")
 
     @classmethod
-    def of(cls, stack: Stack) -> "CudaTargets":
-        lst = stack.arch_list
+    def of(cls, stack: Stack, layer: LayerDef | None = None) -> "CudaTargets":
+        """The stack's gpus, or a layer's own `gpus` parameter where it has one (a kernel library with
+        code for some of the site's GPUs only, or for more of them)."""
+        own = dict(layer.params).get("gpus") if layer is not None else None
+        lst = arch_list(catalog.gpus()[g] for g in own) if own else stack.arch_list
         ints = ";".join(cc.replace(".", "") for cc in lst.split(";"))
         return cls(torch_arch_list=lst, nvte_archs=ints, cmake_archs=ints)
 
@@ -153,7 +157,7 @@ def layer_context(stack: Stack, layer: LayerDef) -> dict:
     params = dict(layer.params)
     sources = {k: f"sources/{k}" for k, v in params.items() if isinstance(v, GitPin)}
     wheels = {k: v for k, v in params.items() if isinstance(v, WheelPin)}
-    cuda = CudaTargets.of(stack) if stack.compiles_cuda(layer) else None
+    cuda = CudaTargets.of(stack, layer) if stack.compiles_cuda(layer) else None
     return {
         "layer": {"name": layer.name, "kind": layer.kind.name},
         "params": params,

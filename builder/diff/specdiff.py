@@ -233,7 +233,7 @@ def _templates(spec: Spec, kind: str) -> dict[str, bytes]:
 
 
 def _arch_list(stack: Stack, layer: LayerDef) -> str:
-    return CudaTargets.of(stack).torch_arch_list if stack.compiles_cuda(layer) else "none"
+    return CudaTargets.of(stack, layer).torch_arch_list if stack.compiles_cuda(layer) else "none"
 
 
 def _changed_lines(old: str, new: str) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 from builder.redact import has_credentials, redact
 
 TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt",
-         "env", "index", "file", "files", "uninstall", "users", "links", "argv", "options", "names", "relpath")
+         "env", "index", "file", "files", "uninstall", "users", "links", "argv", "options", "names", "relpath", "gpus")
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")  # \Z: "$" would accept a trailing newline
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -49,9 +49,12 @@ GIT_URL_HINT = ("allowed: https://HOST/PATH, ssh://[USER@]HOST/PATH, USER@HOST:P
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)@")
 NETRC = "credentials come from the netrc secret ($IMGBUILD_NETRC), never from stacks.yaml"
 # A pip requirement from git: NAME[EXTRAS] @ git+URL@<full commit>[#subdirectory=PATH]. The commit is
-# what makes it a pin; the URL goes through the same allowlist as every git source.
+# what makes it a pin; the URL goes through the same allowlist as every git source. A wheel by URL is
+# pinned by its sha256 in the URL fragment, which pip checks against what it downloads.
 GIT_REQ = re.compile(r"^git\+(?P<url>.+)@(?P<commit>[0-9a-f]{40})(?:#subdirectory=(?P<sub>[A-Za-z0-9._/-]+))?\Z")
 # A directory entry of a PATH-like variable: absolute, and nothing that ':' or '$' would split or expand.
+WHEEL_URL = re.compile(r"^https://(?P<host>[A-Za-z0-9.-]+)(?::[0-9]{1,5})?/[A-Za-z0-9._~%+/-]+\.whl"
+                       r"#sha256=[0-9a-f]{64}\Z")
 PATH_ENTRY = re.compile(r"^/[A-Za-z0-9._/+@-]*\Z")
 # A file beside stacks.yaml: a relative path of plain names (no '..', no absolute path, no link).
 REL_FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9_][A-Za-z0-9._-]*)*\Z")
@@ -355,9 +358,12 @@ def _requirements(spec: ParamSpec, value: Any) -> tuple:
 
 
 def _git_requirement(raw: str, url: str, i: int) -> None:
+    if WHEEL_URL.match(url):
+        return
     m = GIT_REQ.match(url)
     if not m:
-        raise ParamError(f"{redact(raw)!r}: a URL requirement must be git+URL@<full 40-hex commit>", (i,),
+        raise ParamError(f"{redact(raw)!r}: a URL requirement must be git+URL@<full 40-hex commit>, or an https "
+                         "wheel URL ending in #sha256=<64 hex>", (i,),
                          hint="e.g. mamba-ssm @ git+https://github.com/state-spaces/mamba.git@<commit>")
     try:
         git_url(m.group("url"))
@@ -570,6 +576,19 @@ def _relpath(spec: ParamSpec, value: Any) -> str:
     return value.rstrip("/")
 
 
+def _gpus(spec: ParamSpec, value: Any) -> tuple:
+    """GPU names from the catalog (builder/rules/data/catalog.yaml), as a stack's `gpus` are."""
+    from builder.rules import catalog
+    out = _list(spec, value)
+    known = catalog.gpus()
+    for i, name in enumerate(out):
+        if name not in known:
+            raise ParamError(f"unknown GPU {name!r}", (i,), hint="catalog GPUs: " + ", ".join(known))
+    if not out:
+        raise ParamError("an empty list targets no GPU; leave the parameter out to use the stack's gpus")
+    return out
+
+
 def _argv(spec: ParamSpec, value: Any) -> tuple:
     """A command as a list of words (exec form): repeats allowed, nothing split or expanded."""
     if not isinstance(value, list) or not value:
@@ -595,6 +614,6 @@ _CONVERTERS: dict[str, Callable[[ParamSpec, Any], Any]] = {
     "str": _str, "int": _int, "bool": _bool, "version": _version, "enum": _enum, "list": _list,
     "map": _map, "git": _git, "requirements": _requirements, "wheel": _wheel, "path": _path, "apt": _apt,
     "env": _env, "index": _index, "file": _file, "files": _files, "uninstall": _uninstall, "users": _users,
-    "links": _links, "argv": _argv, "options": _options, "names": _names, "relpath": _relpath,
+    "links": _links, "argv": _argv, "options": _options, "names": _names, "relpath": _relpath, "gpus": _gpus,
 }
 assert set(_CONVERTERS) == set(TYPES)

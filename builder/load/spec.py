@@ -131,8 +131,7 @@ class Stack:
     @property
     def arch_list(self) -> str:
         """TORCH_CUDA_ARCH_LIST for the target GPUs, sorted numerically, e.g. '8.0;9.0'."""
-        ccs = sorted({g.cc for g in self.gpus}, key=lambda cc: tuple(int(p) for p in cc.split(".")))
-        return ";".join(ccs)
+        return arch_list(self.gpus)
 
     def spec_hash(self) -> str:
         """Hash of everything stacks.yaml says about this stack (the 'spec hash' label)."""
@@ -158,6 +157,12 @@ class Spec:
             raise SpecError(f"no stack named {name!r}", file=self.file,
                             hint="stacks: " + ", ".join(sorted(self.stacks)))
         return self.stacks[name]
+
+
+def arch_list(gpus) -> str:
+    """TORCH_CUDA_ARCH_LIST for catalog GPUs: their compute capabilities, once each, sorted numerically."""
+    ccs = sorted({g.cc for g in gpus}, key=lambda cc: tuple(int(p) for p in cc.split(".")))
+    return ";".join(ccs)
 
 
 def _jsonable(value: Any) -> Any:

@@ -71,6 +71,16 @@ class Ctx:
         index = [g.name for g in self.stack.gpus].index(gpu.name)
         return self.stack_key("gpus", index)
 
+    def targets(self) -> Iterator[tuple]:
+        """(gpu, key) of every GPU something in the stack compiles for: the stack's, and those of layers
+        with their own `gpus` parameter (cuda-source, flash-attn)."""
+        for gpu in self.stack.gpus:
+            yield gpu, self.gpu_key(gpu)
+        for layer in self.stack.chain:
+            own = dict(layer.params).get("gpus") if "gpus" in layer.kind.params else None
+            for i, name in enumerate(own or ()):
+                yield catalog.gpus()[name], self.layer_key(layer, "gpus", i)
+
     def find(self, rule_id: str, severity: str, key: tuple, message: str, facts: Iterable[Fact | None] = (),
              known: Known | None = None, source: str = "", fix: str = "") -> Finding:
         facts = [f for f in facts if f is not None]
@@ -152,9 +162,9 @@ def gpu_too_new(ctx: Ctx) -> Iterator[Finding]:
     cuda = ctx.facts.get("cuda")
     if cuda is None or cuda.value is None:
         return
-    for gpu in ctx.stack.gpus:
+    for gpu, key in ctx.targets():
         if Version(major_minor(cuda.value)) < gpu.min_cuda:
-            yield ctx.find("IB010", "error", ctx.gpu_key(gpu), f"{gpu.name} (sm_{gpu.sm}) needs CUDA {gpu.min_cuda} "
+            yield ctx.find("IB010", "error", key, f"{gpu.name} (sm_{gpu.sm}) needs CUDA {gpu.min_cuda} "
                            f"or newer; base {ctx.stack.base.name} has CUDA {cuda.value}, which cannot build for it",
                            [cuda], gpu.known("min_cuda"),
                            fix=f"use a base with CUDA {gpu.min_cuda}+ for {gpu.name}")
@@ -165,9 +175,9 @@ def gpu_dropped(ctx: Ctx) -> Iterator[Finding]:
     cuda = ctx.facts.get("cuda")
     if cuda is None or cuda.value is None:
         return
-    for gpu in ctx.stack.gpus:
+    for gpu, key in ctx.targets():
         if gpu.max_cuda_major is not None and cuda.value.major > gpu.max_cuda_major:
-            yield ctx.find("IB011", "error", ctx.gpu_key(gpu), f"{gpu.name} (sm_{gpu.sm}) cannot be targeted by "
+            yield ctx.find("IB011", "error", key, f"{gpu.name} (sm_{gpu.sm}) cannot be targeted by "
                            f"CUDA {cuda.value.major}: CUDA {gpu.max_cuda_major} is the last that builds for it",
                            [cuda], gpu.known("max_cuda_major"),
                            fix=f"use a CUDA {gpu.max_cuda_major} base for {gpu.name} (e.g. NGC 24.xx)")
