@@ -6,7 +6,10 @@ For every recipe folder under examples/real/ this runs, as subprocesses of the s
     imgbuild check --strict --file examples/real/NAME/stacks.yaml
     imgbuild render --all   --file examples/real/NAME/stacks.yaml
 
-and prints one line per recipe (pass/fail, both exit codes, the first error line), then the totals.
+and prints one line per recipe (pass/fail, both exit codes, how expressible NOTES.md says it is, the first
+error line), then the totals. "Expressible" comes from the recipe's `## Expressible:` line in NOTES.md:
+`yes` (fully), `by design` (only deliberate refusals missing: floating pins, tags, unhashed wheel URLs) or
+`missing` (features imgbuild lacks); see examples/real/README.md.
 `--code DIR` runs the imgbuild found in DIR instead (a checkout or `git worktree` of another revision),
 with PYTHONPATH=DIR and DIR as the working folder, so that the shipped kinds are that revision's:
 
@@ -53,13 +56,28 @@ def first_error(text: str) -> str:
     return keep[0] if keep else ""
 
 
+def expressible(stacks: Path) -> str:
+    """The category of the recipe's `## Expressible:` line in NOTES.md: yes, by design, missing or ?."""
+    notes = stacks.parent / "NOTES.md"
+    for line in (notes.read_text().splitlines() if notes.is_file() else []):
+        if line.startswith("## Expressible:"):
+            verdict = line.split(":", 1)[1].strip()
+            if verdict.startswith("yes"):
+                return "yes"
+            if verdict.startswith("not fully, by design only"):
+                return "by design"
+            if verdict.startswith("no - "):
+                return "missing"
+    return "?"
+
+
 def judge(code: Path, stacks: Path) -> dict:
     check = imgbuild(code, "check", "--strict", "--file", str(stacks))
     render = imgbuild(code, "render", "--all", "--file", str(stacks))
     ok = check.returncode == 0 and render.returncode == 0
     err = "" if ok else first_error(check.stdout + check.stderr if check.returncode else render.stdout + render.stderr)
     return {"recipe": stacks.parent.name, "pass": ok, "check_rc": check.returncode,
-            "render_rc": render.returncode, "first_error": err[:300]}
+            "render_rc": render.returncode, "expressible": expressible(stacks), "first_error": err[:300]}
 
 
 def main() -> int:
@@ -71,13 +89,18 @@ def main() -> int:
     code = args.code.resolve()
     rows = [judge(code, p) for p in recipes()]
     passed = sum(r["pass"] for r in rows)
+    kinds = {k: sum(r["expressible"] == k for r in rows) for k in ("yes", "by design", "missing", "?")}
     if args.json:
-        print(json.dumps({"code": str(code), "recipes": rows, "passed": passed, "total": len(rows)}, indent=2))
+        print(json.dumps({"code": str(code), "recipes": rows, "passed": passed, "total": len(rows),
+                          "expressible": kinds}, indent=2))
     else:
         for r in rows:
             mark = "PASS" if r["pass"] else "FAIL"
-            print(f"{mark} {r['recipe']:<26} check={r['check_rc']} render={r['render_rc']}  {r['first_error']}")
+            print(f"{mark} {r['recipe']:<26} check={r['check_rc']} render={r['render_rc']} "
+                  f"expressible={r['expressible']:<9}  {r['first_error']}")
         print(f"total: {passed}/{len(rows)} recipes pass check --strict and render ({code})")
+        print(f"expressible (NOTES.md): {kinds['yes']} fully, {kinds['by design']} only deliberate refusals missing, "
+              f"{kinds['missing']} missing features" + (f", {kinds['?']} not stated" if kinds["?"] else ""))
     return 1 if args.fail and passed < len(rows) else 0
 
 

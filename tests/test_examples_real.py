@@ -47,3 +47,28 @@ def test_recipe_has_notes_with_its_source(stacks):
     assert notes.is_file(), notes
     text = notes.read_text()
     assert "## Source" in text and "## Not expressible" in text
+
+
+CATEGORY = {"yes": "yes", "not fully, by design only": "no: by design only", "no - ": "no: missing features"}
+
+
+def notes_category(notes: Path) -> str:
+    for line in notes.read_text().splitlines():
+        if line.startswith("## Expressible:"):
+            verdict = line.split(":", 1)[1].strip()
+            for prefix, column in CATEGORY.items():
+                if verdict.startswith(prefix):
+                    return column
+            raise AssertionError(f"{notes}: unknown verdict {verdict!r}")
+    raise AssertionError(f"{notes}: no '## Expressible:' line")
+
+
+@pytest.mark.parametrize("stacks", RECIPES, ids=[p.parent.name for p in RECIPES])
+def test_readme_table_agrees_with_notes(stacks):
+    """The README table's "fully expressible" column says what the recipe's NOTES.md concludes."""
+    name = stacks.parent.name
+    rows = [ln for ln in (REPO / "examples" / "real" / "README.md").read_text().splitlines()
+            if ln.startswith(f"| [{name}]({name}/NOTES.md)")]
+    assert len(rows) == 1, rows
+    column = rows[0].split(" | ")[3].strip()
+    assert column == notes_category(stacks.parent / "NOTES.md"), (name, column)
