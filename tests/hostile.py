@@ -81,6 +81,51 @@ POINTS = {
     "base-source": _set(("bases", "debian-bookworm", "source")),
 }
 
+def _layer(stack: str, name: str, kind: str, params: dict):
+    """A setter adding a layer of a new kind (issue 11's primitives) to a shipped stack, the value placed by
+    params(v)."""
+    def apply(data, value):
+        data["layers"][name] = {"kind": kind, "params": params(value)}
+        layers = data["stacks"][stack]["layers"]
+        layers.append(name)
+    return apply
+
+
+def _sys(params):
+    return _layer("cpu-smoke", "x-sys", "system-setup", params)
+
+
+def _pip(params):
+    return _layer("cpu-smoke", "x-pip", "pip", params)
+
+
+def _cuda(params):
+    src = {"repo": "https://github.com/fanshiqing/grouped_gemm.git", "commit": "a" * 40}
+    return _layer("h100-megatron", "x-cuda", "cuda-source", lambda v: {"name": "gg", "source": src, **params(v)})
+
+
+# The primitives of issue 11, each value place on its own.
+POINTS.update({
+    "pip-index": _pip(lambda v: {"packages": ["six==1.17.0"], "index_url": v}),
+    "pip-extra-index": _pip(lambda v: {"packages": ["six==1.17.0"], "extra_index_urls": [v]}),
+    "pip-url-requirement": _pip(lambda v: {"packages": [f"x @ {v}"]}),
+    "pip-uninstall": _pip(lambda v: {"uninstall": {"packages": [v], "reason": "a reason long enough"}}),
+    "pip-uninstall-reason": _pip(lambda v: {"uninstall": {"packages": ["six"], "reason": v}}),
+    "pip-replace-torch": _pip(lambda v: {"packages": ["six==1.17.0"], "replace_torch": v}),
+    "pip-build-env": _pip(lambda v: {"packages": ["six==1.17.0"], "build_env": {"X": v}}),
+    "sys-env-prepend": _sys(lambda v: {"env": {"PATH": {"prepend": [v]}}}),
+    "sys-env-literal": _sys(lambda v: {"env": {"X": v}}),
+    "sys-file-src": _sys(lambda v: {"files": [{"src": v, "dest": "/etc/x"}]}),
+    "sys-file-dest": _sys(lambda v: {"files": [{"src": "stacks.yaml", "dest": v}]}),
+    "sys-symlink": _sys(lambda v: {"symlinks": {"/usr/local/bin/x": v}}),
+    "sys-workdir": _sys(lambda v: {"workdir": v}),
+    "sys-entrypoint": _sys(lambda v: {"entrypoint": [v, "--"]}),
+    "sys-user": _sys(lambda v: {"users": [{"name": v, "uid": 1000}]}),
+    "cuda-configure": _cuda(lambda v: {"install": "cmake", "configure": [v]}),
+    "cuda-subdir": _cuda(lambda v: {"subdir": v}),
+    "cuda-patch": _cuda(lambda v: {"patches": [v]}),
+})
+
 VALUES = {
     # option injection: values that become arguments of apt, pip, git
     "opt-dpkg-hook": "-oDPkg::Pre-Invoke::=touch /tmp/pwned",

@@ -270,14 +270,14 @@ def test_arch_list_in_each_spelling(write):
 
 def test_install_methods_and_options(write):
     cmake = dockerfile(stack_with(write, gg=_cuda_source(
-        install="cmake", arch_env=["CMAKE_CUDA_ARCHITECTURES"], configure=["-DBUILD_TESTS=OFF", "--fresh"],
+        install="cmake", arch_env=["CMAKE_CUDA_ARCHITECTURES"], configure=["-DBUILD_TESTS=OFF", "-DX:BOOL=ON"],
         prefix="/opt/gg")), "gg")
     assert ("cmake -S . -B /tmp/imgbuild-build -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/opt/gg "
-            '-DCMAKE_CUDA_ARCHITECTURES="$CMAKE_CUDA_ARCHITECTURES" -DBUILD_TESTS=OFF --fresh') in cmake
+            '-DCMAKE_CUDA_ARCHITECTURES="$CMAKE_CUDA_ARCHITECTURES" -DBUILD_TESTS=OFF -DX:BOOL=ON') in cmake
     make = dockerfile(stack_with(write, gg=_cuda_source(install="configure-make", configure=["--with-cuda=/usr/local/cuda"],
                                                         subdir="src/ucx")), "gg")
     assert "cd src/ucx" in make and "./configure --prefix=/usr/local --with-cuda=/usr/local/cuda" in make
-    for bad in (["-DX=$(id)"], ["--x y"], ["; rm -rf /"], ["-Dx='q'"]):
+    for bad in (["-DX=$(id)"], ["--x y"], ["; rm -rf /"], ["-Dx='q'"], ["--index-url=https://evil"], ["--fresh"]):
         refused(stack_with(write, gg=_cuda_source(configure=bad)), "layers.gg.params.configure[0]", "is not a build option")
     refused(stack_with(write, gg=_cuda_source(subdir="../x")), "layers.gg.params.subdir", "relative path")
     refused(stack_with(write, gg=_cuda_source(arch_env=["NVCC_FLAGS"])), "layers.gg.params.arch_env[0]",
@@ -461,3 +461,9 @@ def test_a_wheel_url_is_pinned_by_its_sha256(write):
                 url.replace(".whl", ".tar.gz") + f"#sha256={'a' * 64}"):
         refused(stack_with(write, tools={"kind": "pip", "params": {"packages": [f"flash-attn @ {bad}"]}}),
                 "layers.tools.params.packages[0]", "sha256")
+
+
+def test_configure_options_with_a_pip_install_are_refused(write):
+    res = run_cli("check", "-f", stack_with(write, gg=_cuda_source(configure=["-DX=1"])))
+    assert res.code != 0 and "configure options apply to cmake and configure-make" in res.output, res.output
+    assert "Traceback" not in res.output

@@ -70,6 +70,11 @@ def prepend_to(folder: Any, name: str) -> str:
     return dq(folder)[:-1] + f"${{{name}:+:${{{name}}}}}" + '"'
 
 
+def refuse(reason: str) -> str:
+    """For a fragment whose parameters contradict each other (a kind's own rule, said where it applies)."""
+    raise RenderError(reason)
+
+
 def input_path(ref: FileRef) -> str:
     """Where a file beside stacks.yaml lies in the build context: by content, so the Dockerfile text
     (and with it the content key) changes when the file does."""
@@ -107,6 +112,7 @@ def environment(where: Path | Templates) -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.globals["refuse"] = refuse
     env.filters.update(dq=dq, sh=sh, shjoin=shjoin, env_value=env_value, input_path=input_path,
                        prepend_to=prepend_to)
     return env

@@ -62,9 +62,12 @@ MAX_FILE_BYTES = 16 << 20
 USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\Z")
 SHELLS = ("/bin/bash", "/bin/sh", "/usr/bin/bash", "/usr/sbin/nologin", "/bin/false")
 MODES = ("0400", "0444", "0555", "0600", "0644", "0700", "0750", "0755")
-# A build option for cmake/configure: -DNAME=VALUE, --flag, --name=value. Never a shell word of its own
-# (each is quoted anyway): no spaces, quotes, $ or backticks, so what `plan` shows is what runs.
-OPTION = re.compile(r"^(?:-D[A-Za-z_][A-Za-z0-9_]*(?::[A-Z]+)?=|--[a-z][a-z0-9-]*(?:=|\Z))[A-Za-z0-9_.,:;/+=@%-]*\Z")
+# A build option: a CMake cache entry -DNAME[:TYPE]=VALUE, or an autotools feature switch
+# --with-X[=V] / --without-X / --enable-X[=V] / --disable-X. Nothing else: an arbitrary --option is how a
+# value would steer a command (--index-url=..., --allow-unauthenticated). Each is quoted anyway; no
+# spaces, quotes, $ or backticks, so what `plan` shows is what runs.
+OPTION = re.compile(r"^(?:-D[A-Za-z_][A-Za-z0-9_]*(?::[A-Z]+)?=|--(?:with|without|enable|disable)-[a-z0-9][a-z0-9_-]*"
+                    r"(?:=|\Z))[A-Za-z0-9_.,:;/+=@%-]*\Z")
 DIST = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\Z")   # a distribution name (PEP 508)
 # The folder that `file` parameters are relative to: the stacks file's, set by load_spec while loading.
 FILES_ROOT: ContextVar[Path | None] = ContextVar("FILES_ROOT", default=None)
@@ -459,14 +462,14 @@ def stack_file(value: Any) -> FileRef:
     if root is None:
         raise ParamError("files can only be named in a stacks file")
     path = root
-    for part in rel.split("/"):
-        path = path / part
-        if path.is_symlink():
-            raise ParamError(f"{rel!r}: {path.relative_to(root)} is a symbolic link; name the file itself")
     try:
+        for part in rel.split("/"):
+            path = path / part
+            if path.is_symlink():
+                raise ParamError(f"{rel!r}: {path.relative_to(root)} is a symbolic link; name the file itself")
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise ParamError(f"{rel!r}: {exc.strerror.lower()} (looked in {root})") from None
+    except OSError as exc:   # missing, unreadable, a name too long for the file system, ...
+        raise ParamError(f"{rel[:80]!r}: {(exc.strerror or str(exc)).lower()} (looked in {root})") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
@@ -604,8 +607,9 @@ def _options(spec: ParamSpec, value: Any) -> tuple:
     for i, item in enumerate(value):
         item = _wrap(text, (i,), item)
         if not OPTION.match(item):
-            raise ParamError(f"{item!r} is not a build option (-DNAME=VALUE, --flag or --name=value; no spaces, "
-                             "quotes, $ or backticks)", (i,))
+            raise ParamError(f"{item[:80]!r} is not a build option (-DNAME=VALUE for CMake; --with-X[=V], "
+                             "--without-X, --enable-X[=V], --disable-X for configure; no spaces, quotes, $ or "
+                             "backticks)", (i,))
         out.append(item)
     return tuple(out)
 
