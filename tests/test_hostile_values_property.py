@@ -30,6 +30,14 @@ ORDINARY = {
     "tag": "{stack}-x", "description": "a description", "layer-description": "a description",
     "base-image": "{registry}/mirror/debian:bookworm", "registry": "127.0.0.1:5000", "namespace": "imgbuild",
     "base-source": "a source",
+    # issue 11's primitives
+    "pip-index": "https://pypi.example.org/simple", "pip-extra-index": "https://pypi.example.org/simple",
+    "pip-url-requirement": "git+https://github.com/a/b.git@" + "a" * 40, "pip-uninstall": "apex",
+    "pip-uninstall-reason": "a reason long enough", "pip-replace-torch": "a reason long enough",
+    "pip-build-env": "8", "sys-env-prepend": "/opt/x/bin", "sys-env-literal": "x", "sys-file-src": "stacks.yaml",
+    "sys-file-dest": "/etc/x", "sys-symlink": "/usr/bin/python3", "sys-workdir": "/workspace",
+    "sys-entrypoint": "/bin/bash", "sys-user": "trainer", "cuda-configure": "-DX=1", "cuda-subdir": "csrc",
+    "cuda-patch": "stacks.yaml",
 }
 TEXT = st.text(st.characters(codec="utf-8"), max_size=40) | st.sampled_from(
     ["-oDPkg::Pre-Invoke::=id", "--allow-unauthenticated", "a\nRUN id", "a\\\nRUN id", "$(id)", "`id`",

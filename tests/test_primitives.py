@@ -125,6 +125,8 @@ def test_uninstall_needs_packages_and_a_reason(write):
     refused(path, "is not a distribution name")
     path = stack_with(write, tools={"kind": "pip", "params": {"uninstall": {"packages": ["apex"], "reason": "x"}}})
     refused(path, "say why")
+    path = stack_with(write, tools={"kind": "pip", "params": {"packages": ["torch==2.8.0"], "replace_torch": ""}})
+    refused(path, "layers.tools.params.replace_torch", "say why")
 
 
 def test_uninstall_renders_and_is_explained(write):

@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 from builder.redact import has_credentials, redact
 
 TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt",
-         "env", "index", "file", "files", "uninstall", "users", "links", "argv", "options", "names", "relpath", "gpus")
+         "env", "index", "file", "files", "uninstall", "users", "links", "argv", "options", "names", "relpath", "gpus", "reason")
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")  # \Z: "$" would accept a trailing newline
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -519,10 +519,15 @@ def _uninstall(spec: ParamSpec, value: Any) -> Uninstall:
     names = _wrap(_names, ("packages",), spec, value["packages"])
     if not names:
         raise ParamError("no packages named", ("packages",))
-    reason = _wrap(text, ("reason",), value["reason"])
-    if len(reason.strip()) < 8:
-        raise ParamError("say why the base's packages are removed (a sentence)", ("reason",))
-    return Uninstall(names, reason.strip())
+    return Uninstall(names, _wrap(_reason, ("reason",), spec, value["reason"]))
+
+
+def _reason(spec: ParamSpec, value: Any) -> str:
+    """Why a layer departs from what the base was blessed with: a sentence, shown by plan --explain."""
+    reason = text(value, "a reason").strip()
+    if len(reason) < 8:
+        raise ParamError("say why, in a sentence (it is shown wherever the layer is explained)")
+    return reason
 
 
 def _names(spec: ParamSpec, value: Any) -> Any:
@@ -618,6 +623,6 @@ _CONVERTERS: dict[str, Callable[[ParamSpec, Any], Any]] = {
     "str": _str, "int": _int, "bool": _bool, "version": _version, "enum": _enum, "list": _list,
     "map": _map, "git": _git, "requirements": _requirements, "wheel": _wheel, "path": _path, "apt": _apt,
     "env": _env, "index": _index, "file": _file, "files": _files, "uninstall": _uninstall, "users": _users,
-    "links": _links, "argv": _argv, "options": _options, "names": _names, "relpath": _relpath, "gpus": _gpus,
+    "links": _links, "argv": _argv, "options": _options, "names": _names, "relpath": _relpath, "gpus": _gpus, "reason": _reason,
 }
 assert set(_CONVERTERS) == set(TYPES)
