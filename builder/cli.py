@@ -261,7 +261,8 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
          strict: bool = typer.Option(False, "--strict", help="Warnings are errors too.")) -> None:
     """Lint a stacks file (its values and every rendered Dockerfile) or hand-written Dockerfiles."""
     from builder.rules.findings import errors, ordered, strict as make_strict, summary
-    from builder.rules.lint import dockerfiles_in, lint_dockerfile
+    from builder.rules.dockerfile import dockerfiles_in
+    from builder.rules.lint import lint_dockerfile
     from builder.rules.review import review
     found, count = [], 0
     for path in paths:

@@ -2,26 +2,25 @@
 fragile_patterns.md), found in the spec, in imgbuild's own rendered Dockerfiles, and in any Dockerfile
 a site points `imgbuild lint` at. Each finding has a rule id (IB1xx), a line, a severity and a fix.
 
-The Dockerfile reader is small on purpose: instructions with their continuation lines joined (comment
-lines inside a continuation dropped, as Docker does), heredocs kept, and for every instruction the
-physical line of each part, so that a finding points at the line that holds the pattern.
+Reading is elsewhere: builder.rules.dockerfile (instructions, and per RUN its shell text, variables and
+SHELL) and builder.rules.shell (words, segments, pip/conda/git commands). This module holds the rules.
 """
 
 from __future__ import annotations
 
-import bisect
 import re
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
-from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
 from builder.rules import catalog
+from builder.rules.dockerfile import PREDEFINED_ARGS, Dockerfile, Instruction, from_image, global_args, parse
 from builder.rules.facts import resolve
 from builder.rules.findings import Finding
+from builder.rules.shell import (assignments, checkout_ref, command_words, conda_install, expand, git_url_ref,
+                                 pip_install_args, pip_requirements, words)
 from builder.load.spec import Spec
 from builder.load.yamlsrc import dotted
 
@@ -40,22 +39,6 @@ GENCODE = re.compile(r"(?:arch=compute_|code=sm_)(\d+a?)")
 CUDA_FLAVOUR = re.compile(r"(?:-cu(\d{2,3})\b|^cupy-cuda(\d+)x\b|\+cu(\d{2,3})(?:\b|(?=torch))|/whl/cu(\d{2,3})\b)")
 TORCH_FAMILY = {"torch", "torchvision", "torchaudio"}
 CPU_DS_OPS = {"CPU_ADAM", "CPU_ADAGRAD", "CPU_LION", "AIO"}
-# pip options that take a value (the next word is not a requirement).
-PIP_VALUE_OPTS = {"-r", "--requirement", "-c", "--constraint", "-e", "--editable", "-i", "--index-url",
-                  "--extra-index-url", "-f", "--find-links", "-t", "--target", "--prefix", "--root", "--src",
-                  "--config-settings", "-C", "--global-option", "--build-option", "--platform", "--python-version",
-                  "--implementation", "--abi", "--upgrade-strategy", "--progress-bar", "--cache-dir", "--log",
-                  "--trusted-host", "--proxy", "--retries", "--timeout", "--exists-action", "--only-binary",
-                  "--no-binary", "--report", "--python", "--resume-retries", "--keyring-provider", "--use-feature",
-                  "--use-deprecated", "--cert", "--client-cert", "--group", "--uploaded-prior-to",
-                  # uv pip
-                  "-p", "--index", "--default-index", "--index-strategy", "--torch-backend", "--link-mode",
-                  "--extra", "--exclude-newer", "--prerelease", "--resolution", "-P", "--upgrade-package",
-                  "--reinstall-package", "--no-build-isolation-package", "--overrides", "--build-constraints",
-                  "-b", "--config-setting", "--no-install-package"}
-CONDA_VALUE_OPTS = {"-n", "--name", "-p", "--prefix", "-c", "--channel", "--file", "--repodata-fn", "--solver"}
-PIP = re.compile(r"^pip(?:\d[\d.]*|\$\{?\w+\}?)?\Z")        # pip, pip3, pip3.11, pip${PY}
-CONDA = {"conda", "mamba", "micromamba"}
 # Commands whose failure changes nothing a build relies on: cleanup and diagnostics. `X || true` is harmless.
 HARMLESS = {"rm", "rmdir", "unlink", "ls", "find", "du", "df", "cat", "echo", "printf", "which", "type", "test", "[",
             "nvidia-smi", "pkill", "kill", "killall", "umount", "ldconfig", "sync", "true"}
@@ -63,7 +46,6 @@ HARMLESS_SUB = {("apt-get", "clean"), ("apt-get", "autoclean"), ("apt-get", "aut
                 ("apt-get", "remove"), ("apt", "clean"), ("apt", "autoremove"), ("apt", "purge"), ("apt", "remove"),
                 ("pip", "cache"), ("pip", "uninstall"), ("pip3", "cache"), ("pip3", "uninstall"), ("uv", "cache"),
                 ("conda", "clean"), ("mamba", "clean"), ("npm", "cache")}
-SHELLS = {"sh", "bash", "zsh", "dash", "ash"}
 INSTALLS = re.compile(r"^(?:\S*pip3?|\S*python3?(?:\.\d+)? -m pip|uv pip|conda|mamba|apt-get|apt|make|cmake|"
                       r"git|curl|wget)\b.*\b(install|build|clone|checkout|--build)\b")
 # The pattern of ../shared/reference/fragile_patterns.md (or the promise of DESIGN.md) each rule enforces.
@@ -74,135 +56,6 @@ PATTERNS = {rule: f"fragile_patterns.md {text}" for rule, text in {
     "IB110": "6 (secrets and credentials baked in)", "IB112": "1 (floating refs: a base by tag)",
     "IB113": "1 and 6 (a fetched script run unverified as root: it runs whatever the server returns)",
     "IB114": "6 (secrets baked in: a private key generated into a layer)"}.items()}
-PREDEFINED_ARGS = {"HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY", "TARGETPLATFORM",
-                   "TARGETOS", "TARGETARCH", "TARGETVARIANT", "BUILDPLATFORM", "BUILDOS", "BUILDARCH", "BUILDVARIANT"}
-
-
-# -- reading a Dockerfile ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Instruction:
-    keyword: str
-    args: str
-    line: int
-    stage: int            # index of its FROM stage; -1 before the first FROM
-    starts: tuple = ()    # (offset in args, physical line) of every joined part
-
-    def line_at(self, offset: int) -> int:
-        i = bisect.bisect_right([s for s, _ in self.starts], offset) - 1
-        return self.starts[max(i, 0)][1] if self.starts else self.line
-
-
-def parse(text: str) -> list[Instruction]:
-    lines = text.split("\n")
-    escape = "`" if re.match(r"#\s*escape\s*=\s*`", lines[0] if lines else "") else "\\"
-    out: list[Instruction] = []
-    stage, i = -1, 0
-    while i < len(lines):
-        raw = lines[i].strip()
-        if not raw or raw.startswith("#"):
-            i += 1
-            continue
-        first, body, starts = i + 1, "", []
-        while True:
-            line = lines[i].strip() if i < len(lines) else ""
-            if body and line.startswith("#"):
-                i += 1
-                continue
-            cont = line.endswith(escape)
-            starts.append((len(body), i + 1))
-            body += (line[:-1] if cont else line) + (" " if cont else "")
-            i += 1
-            if not cont or i >= len(lines):
-                break
-        for tag in re.findall(r"<<-?[\"']?([A-Za-z_][A-Za-z0-9_]*)[\"']?", body):
-            while i < len(lines) and lines[i].strip() != tag:  # a heredoc: its lines belong to this instruction
-                starts.append((len(body) + 1, i + 1))
-                body += "\n" + lines[i]
-                i += 1
-            i += 1
-        keyword, _, args = body.strip().partition(" ")
-        keyword = keyword.upper()
-        if keyword == "FROM":
-            stage += 1
-        shift = len(body) - len(body.lstrip()) + len(keyword) + 1
-        out.append(Instruction(keyword, args.strip(), first, stage,
-                               tuple((max(s - shift, 0), n) for s, n in starts)))
-    return out
-
-
-def segments(command: str) -> list[tuple[str, str, int]]:
-    """A shell command split on ; && || | and newlines outside quotes: (text, separator after, offset).
-    Linear: segments are slices of the command, never grown a character at a time."""
-    out, start, quote, i, n = [], 0, "", 0, len(command)
-    while i < n:
-        c = command[i]
-        if quote:
-            quote = "" if c == quote else quote
-            i += 1
-            continue
-        if c in "'\"":
-            quote, i = c, i + 1
-            continue
-        sep = command[i:i + 2] if command.startswith(("&&", "||"), i) else c if c in ";|\n" else ""
-        if not sep:
-            i += 1
-            continue
-        cur = command[start:i]
-        out.append((cur.strip(), sep, start + len(cur) - len(cur.lstrip())))
-        i += len(sep)
-        start = i
-    cur = command[start:]
-    out.append((cur.strip(), "", start + len(cur) - len(cur.lstrip())))
-    return [s for s in out if s[0] or s[1]]
-
-
-@lru_cache(maxsize=4096)
-def words(text: str) -> tuple[str, ...]:
-    """Shell words (quotes removed, POSIX rules as shlex.split); cached, since every rule reads the same
-    commands. Linear in the text: shlex builds each word a character at a time by string concatenation,
-    which took 26 s on one 1 MiB package name. An unterminated quote falls back to whitespace words."""
-    out: list[str] = []
-    word: list[str] = []
-    in_word = False
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c in " \t\n\r":
-            if in_word:
-                out.append("".join(word))
-                word, in_word = [], False
-            i += 1
-        elif c == "'":
-            end = text.find("'", i + 1)
-            if end < 0:
-                return tuple(text.split())
-            word.append(text[i + 1:end])
-            in_word, i = True, end + 1
-        elif c == '"':
-            i += 1
-            while i < n and text[i] != '"':
-                if text[i] == "\\" and i + 1 < n and text[i + 1] in '"\\':   # as shlex: only these two
-                    i += 1
-                word.append(text[i])
-                i += 1
-            if i >= n:
-                return tuple(text.split())
-            in_word, i = True, i + 1
-        elif c == "\\":
-            if i + 1 >= n:            # nothing to escape: shlex refuses it, so fall back as for a quote
-                return tuple(text.split())
-            word.append(text[i + 1])
-            in_word, i = True, i + 2
-        else:
-            j = i
-            while j < n and text[j] not in " \t\n\r'\"\\":
-                j += 1
-            word.append(text[i:j])
-            in_word, i = True, j
-    if in_word:
-        out.append("".join(word))
-    return tuple(out)
 
 
 def arch_set(value: str) -> frozenset | None:
@@ -221,67 +74,12 @@ def arch_set(value: str) -> frozenset | None:
     return frozenset(out)
 
 
-def assignments(text: str) -> dict[str, tuple[str, int]]:
-    """NAME=value pairs in ENV/ARG arguments or a shell command (export X=1, X=1 cmd): value, offset.
-    `name==1.0` is a requirement, not an assignment."""
-    found = {}
-    for m in re.finditer(r"(?:^|[\s;])(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(?!=)(\"[^\"]*\"|'[^']*'|\S*)", text):
-        found[m.group(1)] = (m.group(2).strip("'\""), m.start(1))
-    return found
-
-
-VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def expand(text: str, values: dict) -> str:
-    """$NAME, ${NAME} and ${NAME:-default} replaced where the value is known (a str); others are kept."""
-    def one(m: re.Match) -> str:
-        name = m.group(1) or m.group(3)
-        value = values.get(name)
-        value = value[0] if isinstance(value, tuple) else value
-        if value is None and m.group(2) is not None:
-            return m.group(2)
-        return value if isinstance(value, str) else m.group(0)
-    return VAR.sub(one, text) if "$" in text else text
-
-
-def blank_comments(text: str) -> str:
-    """Shell comments (a word that starts with #, outside quotes) turned into spaces, line by line, so that
-    offsets and lines stay where they were: a heredoc's comment lines are not commands."""
-    if "#" not in text:
-        return text
-    out = []
-    for line in text.split("\n"):
-        quote, cut = "", -1
-        for i, c in enumerate(line):
-            if quote:
-                quote = "" if c == quote else quote
-            elif c in "'\"":
-                quote = c
-            elif c == "#" and (i == 0 or line[i - 1] in " \t"):
-                cut = i
-                break
-        out.append(line if cut < 0 else line[:cut] + " " * (len(line) - cut))
-    return "\n".join(out)
-
-
-def _command(text: str) -> tuple[str, ...]:
-    """The words of a simple command without leading NAME=value assignments, sudo, env, command, and the
-    shell keywords that may open it (then, do, else)."""
-    w = words(text)
-    i = 0
-    while i < len(w) and (re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w[i]) or w[i] in ("sudo", "env", "command", "then",
-                                                                                    "do", "else", "exec", "time")):
-        i += 1
-    return w[i:]
-
-
 # -- Dockerfile rules -------------------------------------------------------------------------------
 
 @dataclass
-class Context:
+class Context(Dockerfile):
+    """One Dockerfile as the rules see it: what Dockerfile reads, plus the base's facts and the findings."""
     file: str
-    instructions: list
     base_cuda: Version | None = None      # CUDA of the image the first stage starts from, when known
     base_torch: bool | None = None        # whether that image ships torch
     base_torch_version: str | None = None
@@ -293,101 +91,6 @@ class Context:
                                      line=ins.line_at(offset), key=ins.keyword, source=source or PATTERNS[rule_id],
                                      fix=fix))
 
-    @cached_property
-    def code(self) -> dict[int, str]:
-        """A RUN's shell text, by id: flags (--mount=...) and comments blanked, offsets kept."""
-        out = {}
-        for ins in self.instructions:
-            if ins.keyword == "RUN":
-                body = re.sub(r"^(--\S+\s+)+", lambda m: " " * len(m.group(0)), ins.args)
-                # a backslash-newline inside a heredoc continues the shell line, as in any script
-                out[id(ins)] = blank_comments(body).replace("\\\n", "  ")
-        return out
-
-    @cached_property
-    def segments(self) -> list[tuple[Instruction, str, str, int]]:
-        """(RUN, one shell segment, the separator after it, its offset), split once for every rule."""
-        out = []
-        for ins in self.instructions:
-            if ins.keyword == "RUN":
-                out += [(ins, text, sep, offset) for text, sep, offset in segments(self.code[id(ins)])]
-        return out
-
-    def runs(self) -> Iterator[tuple[Instruction, str, str, int]]:
-        return iter(self.segments)
-
-    @cached_property
-    def scopes(self) -> dict[int, dict]:
-        """For each instruction (by id), the ARG/ENV values visible to it: (value or None, instruction,
-        offset). Global ARGs are visible in a stage only when re-declared there, with their default; ENV
-        carries over to a stage built FROM an earlier stage. One pass, values expanded as they are set."""
-        out: dict[int, dict] = {}
-        glob: dict = {}
-        stage_env: dict[str, dict] = {}
-        scope: dict = {}
-        for ins in self.instructions:
-            out[id(ins)] = scope
-            if ins.keyword == "FROM":
-                w = [x for x in ins.args.split() if not x.startswith("--")]
-                parent = stage_env.get(w[0].lower(), {}) if w else {}
-                scope = dict(parent)
-                if len(w) >= 3 and w[1].upper() == "AS":
-                    stage_env[w[2].lower()] = {}
-                    current = w[2].lower()
-                else:
-                    current = None
-                continue
-            if ins.keyword not in ("ARG", "ENV"):
-                continue
-            target = glob if ins.stage < 0 else dict(scope)
-            for name, (value, off) in assignments(ins.args).items():
-                target[name] = (expand(value, target), ins, off)
-            if ins.keyword == "ARG" and "=" not in ins.args and ins.args.split():
-                name = ins.args.split()[0]
-                target[name] = glob.get(name) if ins.stage >= 0 and name in glob else (None, ins, 0)
-            if ins.stage < 0:
-                continue
-            scope = target
-            if ins.keyword == "ENV" and current is not None:
-                stage_env[current] = {k: v for k, v in scope.items() if v[1].keyword == "ENV" or k in stage_env[current]}
-        return out
-
-    def scope(self, ins: Instruction) -> dict:
-        return self.scopes[id(ins)]
-
-    def values(self, ins: Instruction) -> dict:
-        """The stage's variables plus the RUN's own assignments (X=1 cmd, export X=1); once per RUN, since
-        every segment of a long RUN asks."""
-        if id(ins) not in self._values:
-            own = {k: v for k, (v, _) in assignments(self.code.get(id(ins), "")).items()}
-            self._values[id(ins)] = {**self.scope(ins), **own}
-        return self._values[id(ins)]
-
-    @cached_property
-    def _values(self) -> dict:
-        return {}
-
-    @cached_property
-    def pinned(self) -> dict[int, bool]:
-        """Whether a RUN checks out a full commit (literal, through a variable, or fetched + FETCH_HEAD), and
-        whether it moves to a ref at all (`git checkout X`), by id."""
-        out = {}
-        for ins in self.instructions:
-            if ins.keyword == "RUN":
-                code = expand(self.code[id(ins)], self.values(ins))
-                out[id(ins)] = bool(GIT_PIN.search(code) or (GIT_FETCH_PIN.search(code) and "FETCH_HEAD" in code))
-        return out
-
-    @cached_property
-    def shell_e(self) -> dict[int, bool]:
-        """Whether the SHELL in force for each instruction (by id) has -e."""
-        out, current = {}, False
-        for ins in self.instructions:
-            if ins.keyword == "SHELL":
-                current = bool(re.search(r'"-\w*e\w*"', ins.args))
-            out[id(ins)] = current
-        return out
-
 
 DOCKERFILE_RULES: list[Callable[[Context], None]] = []
 
@@ -397,93 +100,9 @@ def dockerfile_rule(fn):
     return fn
 
 
-def _pip_args(text: str) -> tuple[str, ...] | None:
-    """The arguments of `pip install` (pip, pip3, pip3.11, pip${V}, /path/to/pip, python -m pip, uv pip,
-    options before `install` as in `pip -v install`), or None (uninstall, config, download ...)."""
-    w = words(text)
-    for i, word in enumerate(w):
-        if PIP.match(word.rsplit("/", 1)[-1]):
-            j = i + 1
-            while j < len(w) and w[j].startswith("-"):
-                j += 1
-            return w[j + 1:] if w[j:j + 1] == ("install",) else None
-    return None
-
-
-def _conda_args(text: str) -> tuple[str, tuple[str, ...]] | None:
-    """(tool, specs) of `conda|mamba|micromamba install|create`, or None."""
-    w = _command(text)
-    if not w or w[0].rsplit("/", 1)[-1] not in CONDA:
-        return None
-    rest = [x for x in w[1:]]
-    j = 0
-    while j < len(rest) and rest[j].startswith("-"):
-        j += 1
-    if rest[j:j + 1] not in (["install"], ["create"]):
-        return None
-    specs, skip = [], False
-    for a in rest[j + 1:]:
-        if skip:
-            skip = False
-        elif a in CONDA_VALUE_OPTS:
-            skip = True
-        elif not a.startswith("-"):
-            specs.append(a)
-    return w[0].rsplit("/", 1)[-1], tuple(specs)
-
-
-def _requirements(args: tuple[str, ...]) -> Iterator[str]:
-    skip = False
-    for a in args:
-        if skip:
-            skip = False
-        elif a in PIP_VALUE_OPTS:
-            skip = True
-        elif not a.startswith("-"):
-            yield a
-
-
 def _exact(req: Requirement) -> bool:
     """A single version: == or === without a wildcard (==3.20.* is a range)."""
     return any(s.operator in ("==", "===") and "*" not in s.version for s in req.specifier)
-
-
-def _git_url_ref(word: str) -> str | None:
-    """The ref of a pip git URL (git+https://host/o/p.git@REF#egg=..., also without .git and inside
-    'name @ git+...'): 'HEAD' when none is given, None when the word holds no git URL."""
-    at = word.find("git+")
-    if at < 0:
-        return None
-    url = word[at:].split("#", 1)[0]
-    path = url.split("://", 1)[-1].partition("/")[2]        # after the host, so user@host is not a ref
-    return path.rsplit("@", 1)[1] if "@" in path else "HEAD"
-
-
-GIT_PIN = re.compile(r"git (?:-C \S+ )?(?:checkout|reset --hard|switch --detach)(?: -q| --quiet| -f| --force)* "
-                     r"([0-9a-f]{40})\b")
-GIT_FETCH_PIN = re.compile(r"git (?:-C \S+ )?fetch\b[^\n;&|]*?\b[0-9a-f]{40}\b")
-
-
-def _checkout_ref(w: tuple[str, ...]) -> str | None:
-    """The ref a `git [-C dir] checkout ...` moves to; None for paths (`git checkout .`, `-- file`)."""
-    i = 1
-    if w[1:2] == ("-C",):
-        i = 3
-    if w[i:i + 1] != ("checkout",):
-        return None
-    args = list(w[i + 1:])
-    if "--" in args:
-        args = args[:args.index("--")]
-    refs, skip = [], False
-    for a in args:
-        if skip:
-            skip = False
-        elif a in ("-b", "-B", "--orphan"):
-            skip = True                                     # the new branch's name; the start point follows
-        elif not a.startswith("-"):
-            refs.append(a)
-    ref = refs[0] if refs else None
-    return None if ref in (None, ".") or ref.startswith(("./", "/")) else ref
 
 
 @dockerfile_rule
@@ -491,7 +110,7 @@ def floating_refs(ctx: Context) -> None:
     """IB101 floating refs (clones of a branch, @main, release branches, a fallback clone of the default
     branch); IB102 short hashes. A ref held in a variable is read from its ARG/ENV default."""
     items = ctx.segments
-    moves = {id(i) for i, t, _, _ in items if words(t)[:1] == ("git",) and _checkout_ref(words(t))}
+    moves = {id(i) for i, t, _, _ in items if words(t)[:1] == ("git",) and checkout_ref(words(t))}
     for n, (ins, text, sep, offset) in enumerate(items):
         w = words(text)
         values = ctx.values(ins)
@@ -513,14 +132,14 @@ def floating_refs(ctx: Context) -> None:
                         "git checkout <40-hex commit> after the clone (imgbuild: a git parameter pins the commit)")
                 continue
         if w[:1] == ("git",):
-            ref = _checkout_ref(w)
+            ref = checkout_ref(w)
             if ref == "FETCH_HEAD" and pinned:
                 ref = None
             if ref:
                 refs.append(ref)
         refs = [(ref, offset) for ref in refs]
         for a in w:
-            ref = _git_url_ref(expand(a, values))          # ARG apex_url=git+https://...@25.04
+            ref = git_url_ref(expand(a, values))          # ARG apex_url=git+https://...@25.04
             if ref:
                 refs.append((ref, offset + max(text.find(a), 0)))
         for ref, offset in refs:
@@ -540,9 +159,9 @@ def unpinned_installs(ctx: Context) -> None:
     """IB103: pip and conda installs of a package without an exact version (paths, wheels, URLs aside:
     a git URL's ref is IB101's)."""
     for ins, text, _, offset in ctx.runs():
-        args = _pip_args(text)
-        conda = _conda_args(text) if args is None else None
-        w = _command(text)
+        args = pip_install_args(text)
+        conda = conda_install(text) if args is None else None
+        w = command_words(text)
         if w[:3] == ("uv", "python", "install"):
             for v in w[3:]:
                 value = expand(v, ctx.values(ins))
@@ -562,7 +181,7 @@ def unpinned_installs(ctx: Context) -> None:
                 ctx.add("IB103", "error", ins, offset + max(text.find(spec), 0), f"{tool} installs {value!r} without "
                         "an exact version: the image changes whenever a new build appears",
                         f"pin it: {value.split('=')[0]}==<version>")
-        for a in _requirements(args or ()):
+        for a in pip_requirements(args or ()):
             if a.startswith((".", "/", "git+", "$", "http:", "https:", "file:")) or a.endswith((".whl", ".tar.gz")):
                 continue
             try:
@@ -572,12 +191,6 @@ def unpinned_installs(ctx: Context) -> None:
             if not req.url and not _exact(req):
                 ctx.add("IB103", "error", ins, offset + max(text.find(a), 0), f"pip installs {a!r} without an exact "
                         "version: the image changes whenever a new release appears", f"pin it: {req.name}==<version>")
-
-
-def _stage_scope(ctx: Context, ins: Instruction) -> dict[str, tuple[str | None, Instruction, int]]:
-    """Variables visible to an instruction: ARG/ENV of its stage before it (global ARGs only when
-    re-declared in the stage, which is the Docker rule). None: an ARG whose value comes from --build-arg."""
-    return ctx.scope(ins)
 
 
 def _compiles_cuda(args: str) -> str | None:
@@ -599,7 +212,7 @@ def arch_lists(ctx: Context) -> None:
         if ins.keyword != "RUN":
             continue
         what = _compiles_cuda(ctx.code[id(ins)])
-        scope = {**_stage_scope(ctx, ins), **{k: (v, ins, o) for k, (v, o) in assignments(ctx.code[id(ins)]).items()}}
+        scope = {**ctx.scope(ins), **{k: (v, ins, o) for k, (v, o) in assignments(ctx.code[id(ins)]).items()}}
         if what:
             needed = ("TORCH_CUDA_ARCH_LIST",)
             if not any(v in scope and scope[v][0] != "" for v in needed):
@@ -635,24 +248,14 @@ def arg_scope(ctx: Context) -> None:
         text = ctx.code.get(id(ins), ins.args)
         for m in re.finditer(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", text):
             name = m.group(1)
-            if name in globals_ and name not in PREDEFINED_ARGS and name not in _stage_scope(ctx, ins) \
+            if name in globals_ and name not in PREDEFINED_ARGS and name not in ctx.scope(ins) \
                     and name not in assignments(text[:m.start()]):
                 ctx.add("IB106", "error", ins, m.start(), f"${name} is declared before FROM and not again in this "
                         "stage: it is empty here", f"add `ARG {name}` after the FROM of this stage")
 
 
-def _errexit(ctx: Context, ins: Instruction) -> bool:
-    """Whether the RUN's shell stops at the first failing command: SHELL [..., "-e..."], `set -e` (any
-    spelling: -ex, -euo pipefail, -o errexit), or a heredoc run by `bash -e...`."""
-    if ctx.shell_e[id(ins)]:
-        return True
-    code = ctx.code[id(ins)]
-    return bool(re.search(r"\bset\s+(?:-[a-zA-Z]+\s+)*-[a-zA-Z]*e|\bset\s+-o\s+errexit", code)
-                or re.match(r"^\s*(?:<<-?\S+\s+)?(?:\S*/)?(?:ba|z|da)?sh\s+(?:-\S+\s+)*-[a-zA-Z]*e[a-zA-Z]*\b", code))
-
-
 def _harmless(text: str) -> bool:
-    w = _command(text)
+    w = command_words(text)
     if not w:
         return True
     name = w[0].rsplit("/", 1)[-1]
@@ -683,7 +286,7 @@ def ignored_exit(ctx: Context) -> None:
             for m in re.finditer(r";\s*exit 0\b|\bset \+e\b", ctx.code[id(ins)]):
                 ctx.add("IB107", "error", ins, m.start(), f"{m.group(0).strip()!r} hides a failure: the image is "
                         "tagged although a step failed", "remove it; let the step fail the build")
-    strict = {id(ins): _errexit(ctx, ins) for ins in ctx.instructions if ins.keyword == "RUN"}
+    strict = {id(ins): ctx.errexit(ins) for ins in ctx.instructions if ins.keyword == "RUN"}
     for n, (ins, text, sep, offset) in enumerate(items):
         if strict[id(ins)] or sep not in (";", "\n"):
             continue
@@ -711,7 +314,7 @@ def cuda_flavours(ctx: Context) -> None:
     """IB108: *-cuXX packages, +cuXXX wheels and /whl/cuXXX indexes for another CUDA major; torch wheels
     and indexes for another CUDA minor (extensions built with the base's nvcc then differ from torch's)."""
     for ins, text, _, offset in ctx.runs():
-        args = _pip_args(text) or ()
+        args = pip_install_args(text) or ()
         values = ctx.values(ins) if args else {}
         for a in args:
             value = expand(a, values)
@@ -749,12 +352,12 @@ def torch_replaced(ctx: Context) -> None:
     replacers = catalog.torch_replacers()
     removed: set[int] = set()       # stages whose base torch a RUN uninstalled
     for ins, text, _, offset in ctx.runs():
-        w = _command(text)
+        w = command_words(text)
         if "uninstall" in w and any(x.lower() == "torch" for x in w):
             removed.add(ins.stage)
-        args = _pip_args(text) or []
+        args = pip_install_args(text) or []
         names = set()
-        for a in _requirements(args):
+        for a in pip_requirements(args):
             try:
                 req = Requirement(a)
             except InvalidRequirement:
@@ -829,28 +432,6 @@ def ds_arch_variant(ctx: Context) -> None:
                     "write the arch without the suffix (9.0 instead of 9.0a)", source=fact["source"])
 
 
-def global_args(instructions: list[Instruction]) -> dict[str, str | None]:
-    """ARGs declared before the first FROM, with their defaults (None: only --build-arg sets it)."""
-    out: dict[str, str | None] = {}
-    for ins in instructions:
-        if ins.stage >= 0:
-            break
-        if ins.keyword == "ARG" and ins.args.split():
-            found = assignments(ins.args)
-            for name, (value, _) in found.items():
-                out[name] = expand(value, out)
-            if not found:
-                out[ins.args.split()[0]] = None
-    return out
-
-
-def from_image(ins: Instruction, args: dict) -> tuple[str, str]:
-    """(image as written, image with the global ARG defaults put in) of a FROM."""
-    w = [x for x in ins.args.split() if not x.startswith("--")]
-    image = w[0] if w else ""
-    return image, expand(image, args)
-
-
 @dockerfile_rule
 def base_by_digest(ctx: Context) -> None:
     """IB112: FROM an image by tag alone, written out or through ARG defaults (`FROM ${BASE}`): the base
@@ -881,14 +462,14 @@ def piped_installer(ctx: Context) -> None:
     and a downloaded installer (get-pip.py, *.sh) run without a checksum."""
     items = ctx.segments
     for n, (ins, text, sep, offset) in enumerate(items):
-        w = _command(text)
+        w = command_words(text)
         if not w or w[0].rsplit("/", 1)[-1] not in FETCHERS:
             continue
         url = next((x for x in w if re.match(r"https?://", x)), "")
         if not url:
             continue
         nxt = items[n + 1] if n + 1 < len(items) and items[n + 1][0] is ins else None
-        runner = _command(nxt[1]) if nxt and sep == "|" else ()
+        runner = command_words(nxt[1]) if nxt and sep == "|" else ()
         if runner and INTERPRETERS.match(runner[0].rsplit("/", 1)[-1]):
             ctx.add("IB113", "warning", ins, nxt[3], f"runs a script fetched from {url} unverified, as root: the image "
                     "runs whatever the server returns that day", "download a pinned release, check its sha256 "
@@ -901,7 +482,7 @@ def piped_installer(ctx: Context) -> None:
         for ins2, text2, _, off2 in items[n + 1:]:
             if ins2 is not ins:
                 break
-            run = _command(text2)
+            run = command_words(text2)
             if run and (run[0] in (name, f"./{name}") or (INTERPRETERS.match(run[0].rsplit("/", 1)[-1])
                                                          and name in run[1:2])):
                 ctx.add("IB113", "warning", ins, off2, f"runs {name}, downloaded from {url} without a checksum: the "
@@ -933,14 +514,9 @@ def generated_key(ctx: Context) -> None:
                     "starts (entrypoint), or mount them at run time; for the build, RUN --mount=type=ssh")
 
 
-def base_of(instructions: list[Instruction]) -> tuple[Version | None, bool | None]:
-    """CUDA and whether torch is there, from the first FROM (ARG defaults put in): an NGC month from the
-    catalog, nvidia/cuda's tag, pytorch/pytorch's tag; else ENV CUDA_VERSION."""
-    cuda, torch, _ = _base(instructions)
-    return cuda, torch
-
-
 def _base(instructions: list[Instruction]) -> tuple[Version | None, bool | None, str | None]:
+    """CUDA, whether torch is there and its version, from the first FROM (ARG defaults put in): an NGC month
+    from the catalog, nvidia/cuda's tag, pytorch/pytorch's tag; else ENV CUDA_VERSION."""
     first = next((i for i in instructions if i.keyword == "FROM"), None)
     image = from_image(first, global_args(instructions))[1].split("@")[0] if first else ""
     ngc = catalog.ngc_release(image)
@@ -1013,20 +589,6 @@ def lint_spec(spec: Spec, stacks: Iterable[str], lock=None) -> list[Finding]:
     return out
 
 
-def _strings(value, key: tuple) -> Iterator[tuple[tuple, str]]:
-    if isinstance(value, str):
-        yield key, value
-    elif isinstance(value, tuple):
-        for i, item in enumerate(value):
-            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
-                yield from _strings(item[1], key + (item[0],))
-            else:
-                yield from _strings(item, key + (i,))
-    elif hasattr(value, "__dataclass_fields__"):
-        for f in value.__dataclass_fields__:
-            yield from _strings(getattr(value, f), key + (f,))
-
-
 def lint_rendered(spec: Spec, plan, lock=None) -> list[Finding]:
     """imgbuild's own Dockerfiles, each distinct node once; a finding points at the layer in stacks.yaml
     (the Dockerfile is not a file a site edits) and names the rendered line."""
@@ -1048,10 +610,3 @@ def lint_rendered(spec: Spec, plan, lock=None) -> list[Finding]:
                                stack=stack.name, message=f"rendered Dockerfile line {f.line}: {f.message}",
                                source=f.source, fix=f.fix))
     return out
-
-
-def dockerfiles_in(path: Path) -> list[Path]:
-    if path.is_dir():
-        return sorted(p for p in path.rglob("*") if p.is_file() and
-                      (p.name == "Dockerfile" or p.name.startswith("Dockerfile.") or p.name.endswith(".Dockerfile")))
-    return [path]
