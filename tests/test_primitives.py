@@ -140,7 +140,7 @@ def test_uninstall_renders_and_is_explained(write):
     spec = load_spec(path)
     node = make_plan(spec, ["s"]).top("s")
     check = next(c for c in node.checks if c.id == "pip.requirements")
-    assert dict(check.args)["absent"]["packages"] == ["apex", "transformer-engine"]
+    assert dict(check.args)["absent"] == ["apex", "transformer-engine"]
 
 
 def test_torch_is_kept_unless_the_swap_is_declared(write):
@@ -469,3 +469,25 @@ def test_configure_options_with_a_pip_install_are_refused(write):
     res = run_cli("check", "-f", stack_with(write, gg=_cuda_source(configure=["-DX=1"])))
     assert res.code != 0 and "configure options apply to cmake and configure-make" in res.output, res.output
     assert "Traceback" not in res.output
+
+
+def test_diff_reads_the_files_beside_each_revision_and_shows_reasons(write, tmp_path):
+    """imgbuild diff loads each revision with its own patches (hashed as that revision holds them) and shows
+    a removal's reason and a patch's change among the causes of a rebuild."""
+    path = stack_with(write, tools={"kind": "pip", "params": {"uninstall": {"packages": ["apex"],
+                                                                            "reason": "first reason given"}}},
+                      gg=_cuda_source(patches=["patches/fix.patch"]))
+    repo = path.parent
+    (repo / "patches").mkdir()
+    (repo / "patches/fix.patch").write_text("one\n")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "one")
+    path.write_text(path.read_text().replace("first reason given", "second reason, reworded"))
+    (repo / "patches/fix.patch").write_text("two\n")
+    _git(repo, "commit", "-qam", "two")
+    res = run_cli("diff", "HEAD~1", "HEAD", "-f", path)
+    assert res.code == 1, res.output   # 1: the revisions differ (like diff(1))
+    assert "uninstall: apex (first reason given) -> apex (second reason, reworded)" in res.out
+    assert "inputs: patches/fix.patch" in res.out and "gg     changed    build" in res.out
+    assert "tools  unchanged  reuse" in res.out   # a reworded reason changes no image and no check

@@ -18,7 +18,7 @@ from typing import Iterable
 from builder import __version__
 from builder.load.kinds import CheckSpec
 from builder.build.layout import layer_repo
-from builder.load.params import FileRef, GitPin, WheelPin
+from builder.load.params import FileRef, GitPin, Uninstall, WheelPin
 from builder.build.render import CudaTargets, render_layer
 from builder.load.spec import LayerDef, Spec, Stack
 
@@ -140,7 +140,9 @@ def _resolve_args(check: CheckSpec, layer: LayerDef) -> CheckSpec:
     string is replaced by the value's text (e.g. /opt/imgbuild/sources/{param:name})."""
     def resolve(value):
         if isinstance(value, str) and value.startswith("param:"):
-            return plain(layer.param(value[6:]))
+            given = layer.param(value[6:])
+            # A removal's reason is for people: rewording it must not make the checks new (a revalidation).
+            return plain(given.packages if isinstance(given, Uninstall) else given)
         if isinstance(value, str) and "{param:" in value:
             return PARAM_REF.sub(lambda m: str(plain(layer.param(m.group(1)))), value)
         return value

@@ -21,7 +21,7 @@ from pathlib import Path
 from builder.build.bases import resolve
 from builder.errors import DiffError, ImgbuildError
 from builder.build.layout import layer_repo, release_repo
-from builder.load.params import GitPin, WheelPin
+from builder.load.params import GitPin, Uninstall, WheelPin
 from builder.build.plan import Node, Plan, image_ref, make_plan
 from builder.build.registry import Registry
 from builder.build.render import CudaTargets
@@ -134,6 +134,28 @@ def _extract(archive: bytes, dest: Path, rev: str) -> None:
             tar.extractall(dest)
 
 
+BESIDE_LIMIT = 64 << 20
+
+
+def _extract_beside(archive: bytes, dest: Path) -> None:
+    """The revision's other files beside its stacks file (patches, files copied into images), which
+    `file` parameters name and hash. Only regular files, at most BESIDE_LIMIT in all; a link or anything
+    else is left out, so a parameter naming it is refused as missing when the revision loads."""
+    total = 0
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        members = []
+        for member in tar.getmembers():
+            if member.isfile() and not (dest / member.name).exists():
+                total += member.size
+                if total > BESIDE_LIMIT:
+                    break
+                members.append(member)
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, members=members, filter="data")
+        else:
+            tar.extractall(dest, members=members)
+
+
 def _load_revision(file: Path, rev: str, dest: Path) -> tuple[Path, str]:
     """Write the revision's stacks file, its lock file, layers/ and Dockerfile.j2 under dest: (stacks file, label)."""
     folder = file.absolute().parent
@@ -151,6 +173,8 @@ def _load_revision(file: Path, rev: str, dest: Path) -> tuple[Path, str]:
     if wanted[0] not in present:
         raise DiffError(f"{rev} has no {wanted[0]}")
     _extract(_git(top_dir, "archive", "--format=tar", commit, "--", *present, error=f"cannot read {rev}"), dest, rev)
+    _extract_beside(_git(top_dir, "archive", "--format=tar", commit, "--", prefix or ".", error=f"cannot read {rev}"),
+                    dest)
     label = rev if commit.startswith(rev) else f"{rev} ({commit[:12]})"
     return dest / prefix / file.name, label
 
@@ -196,6 +220,8 @@ def _param_text(value) -> str:
         return _short(value.commit)
     if isinstance(value, WheelPin):
         return value.file
+    if isinstance(value, Uninstall):
+        return f"{', '.join(value.packages)} ({value.reason})"
     return "none" if value is None else str(value)
 
 
@@ -360,6 +386,9 @@ def _stack_diff(name: str, old: _Side, new: _Side, reg: Registry | None) -> Stac
     if old_stack is None:
         return StackDiff(name, "added", tuple(nodes), "create", _tags(new.spec, name, new_stack.tags))
     notes = []
+    for o, n in matches:   # what a stacks.yaml change says without changing an image or a check (a reason)
+        if o is not None and o.key == n.key and o.checks == n.checks and _param_changes(o.layer, n.layer):
+            notes.append(f"{n.name}: " + "; ".join(_param_changes(o.layer, n.layer)) + " (no image or check changes)")
     if old_stack.tags != new_stack.tags:
         notes.append("tag templates: " + ", ".join([f"+ {t}" for t in new_stack.tags if t not in old_stack.tags]
                                                    + [f"- {t}" for t in old_stack.tags if t not in new_stack.tags]))
