@@ -1,4 +1,4 @@
-"""Rendering: golden Dockerfiles for every layer of every shipped stack, determinism, fragments that
+"""Rendering: golden Dockerfiles for every layer of every shipped stack and of examples/real, determinism, fragments that
 may not write FROM/LABEL, quoting of hostile values, and the arch-list spellings.
 
 Golden files live in tests/golden/<stack>/<NN>-<layer>.Dockerfile; `pytest --update-golden` rewrites
@@ -20,23 +20,26 @@ from builder.load.spec import load_spec
 from conftest import GOLDEN, STACKS, copy_kinds, instructions, keywords, run_cli, shipped_data, write_stacks
 
 
-def shipped_renderings() -> dict:
-    """{relative golden path: Dockerfile text} for every layer of every shipped stack."""
-    spec = load_spec(STACKS)
+def renderings(file, prefix: str = "") -> dict:
+    """{relative golden path: Dockerfile text} for every layer of every stack of a stacks file."""
+    spec = load_spec(file)
     out = {}
     for stack in spec.stacks.values():
         for i, layer in enumerate(stack.chain):
-            out[f"{stack.name}/{i:02d}-{layer.name}.Dockerfile"] = render_layer(spec, stack, layer)
+            out[f"{prefix}{stack.name}/{i:02d}-{layer.name}.Dockerfile"] = render_layer(spec, stack, layer)
     return out
 
 
-RENDERED = shipped_renderings()
+RENDERED = renderings(STACKS)
+# examples/real under real/RECIPE/: twelve public recipes that use every kind, issue 11's included.
+GOLDENS = {**RENDERED, **{k: v for f in sorted((STACKS.parent / "examples" / "real").glob("*/stacks.yaml"))
+                          for k, v in renderings(f, f"real/{f.parent.name}/").items()}}
 
 
-@pytest.mark.parametrize("rel", sorted(RENDERED))
+@pytest.mark.parametrize("rel", sorted(GOLDENS))
 def test_golden(rel, update_golden):
     path = GOLDEN / rel
-    text = RENDERED[rel]
+    text = GOLDENS[rel]
     if update_golden:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
@@ -53,7 +56,7 @@ def test_golden(rel, update_golden):
 
 def test_no_stale_golden_files(update_golden):
     present = {p.relative_to(GOLDEN).as_posix() for p in GOLDEN.rglob("*.Dockerfile")}
-    stale = present - set(RENDERED)
+    stale = present - set(GOLDENS)
     if update_golden:
         for rel in stale:
             (GOLDEN / rel).unlink()
@@ -70,7 +73,7 @@ def test_every_shipped_stack_has_goldens():
 # -- determinism -----------------------------------------------------------------------------------
 
 def test_rendering_twice_is_byte_identical():
-    assert shipped_renderings() == RENDERED
+    assert renderings(STACKS) == RENDERED
 
 
 def test_no_timestamps_or_host_details():

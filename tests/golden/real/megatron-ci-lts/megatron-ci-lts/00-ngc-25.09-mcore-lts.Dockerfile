@@ -1,0 +1,15 @@
+# imgbuild layer ngc-25.09-mcore-lts (kind ngc-pytorch). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends -- gettext python3-venv psmisc uuid-runtime \
+ && rm -rf /var/lib/apt/lists/*
+RUN mkdir -p /etc/imgbuild \
+ && python -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > /etc/imgbuild/constraints.txt \
+ && cat /etc/imgbuild/constraints.txt
+ENV PIP_CONSTRAINT=/etc/imgbuild/constraints.txt
+
+LABEL io.imgbuild.layer="ngc-25.09-mcore-lts" \
+      io.imgbuild.kind="ngc-pytorch"

@@ -1,0 +1,19 @@
+# imgbuild layer megatron-lm (kind megatron). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+COPY sources/source /workspace
+RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
+    if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
+    cd /workspace \
+ && python -m pip install --progress-bar off --no-build-isolation --no-deps . \
+ && python -c 'import megatron.core, sys; print("megatron.core from", megatron.core.__file__)'
+
+LABEL io.imgbuild.layer="megatron-lm" \
+      io.imgbuild.kind="megatron" \
+      io.imgbuild.source.source="https://github.com/NVIDIA/Megatron-LM.git@0676badd513595300d9404493fd0505ca89fbc3d"
