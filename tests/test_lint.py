@@ -160,7 +160,9 @@ def test_every_rendered_dockerfile_of_the_shipped_stacks_passes_lint():
 
 
 def test_the_golden_dockerfiles_pass_lint_even_without_context():
-    files = sorted(GOLDEN.rglob("*.Dockerfile"))
+    # The shipped stacks' goldens. Those of examples/real (golden/real/) hold declared torch swaps, which
+    # only the spec's context makes acceptable: tests/test_examples_real.py reviews them with it.
+    files = sorted(p for p in GOLDEN.rglob("*.Dockerfile") if p.relative_to(GOLDEN).parts[0] != "real")
     assert files
     for path in files:
         assert [f for f in lint_dockerfile(path.read_text(), str(path)) if f.severity != "unknown"] == [], path
