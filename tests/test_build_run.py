@@ -428,3 +428,94 @@ def test_an_interrupted_command_exits_130_and_says_so(monkeypatch, raised):
         assert "Traceback" not in res.output
     if raised == "Interrupted":
         assert "interrupted: the running step was stopped" in res.err
+
+
+# -- issue 12: one node at a time (CI's node job), and --jobs -------------------------------------------
+
+def run_node(builder, spec, node):
+    plan = make_plan(spec, ["cpu-smoke"], BASE)
+    return builder(spec).run(plan, ["cpu-smoke"], only=node.short, jobs=1)
+
+
+def test_a_node_job_builds_one_node_on_a_parent_the_registry_holds(world, tmp_path):
+    reg, engine, builder = world
+    spec = spec_for(tmp_path, "node")
+    plan = make_plan(spec, ["cpu-smoke"], BASE)
+    chain = plan.chain("cpu-smoke")
+    # Not the root first: its parent is not in the registry, so it is refused, building nothing.
+    with pytest.raises(build_mod.ValidationFailed, match="does not hold"):
+        run_node(builder, spec, chain[1])
+    assert engine.built == []
+    for i, node in enumerate(chain):
+        report = run_node(builder, spec, node)
+        assert report.ok and list(report.nodes) == [node.key] and report.tags == {}
+        assert engine.built == [n.name for n in chain[:i + 1]]
+    assert None in released(reg, spec).values()            # a node job moves no tag
+    report = run_node(builder, spec, chain[-1])             # present: a no-op
+    assert report.ok and report.nodes[chain[-1].key].action == "reuse"
+    assert engine.built == [n.name for n in chain]
+
+
+def test_a_node_job_refuses_a_parent_without_passing_checks(world, tmp_path):
+    reg, engine, builder = world
+    spec = spec_for(tmp_path, "node-bad")
+    chain = make_plan(spec, ["cpu-smoke"], BASE).chain("cpu-smoke")
+    engine.failing.add((chain[0].name, chain[0].checks[0].id))
+    report = run_node(builder, spec, chain[0])
+    assert not report.ok
+    with pytest.raises(build_mod.ValidationFailed, match="does not hold"):
+        run_node(builder, spec, chain[1])
+
+
+def test_an_unknown_or_ambiguous_node_is_refused(world, tmp_path):
+    _, _, builder = world
+    spec = spec_for(tmp_path, "node-unknown")
+    plan = make_plan(spec, ["cpu-smoke"], BASE)
+    for given in ("0" * 32, "abc"):
+        with pytest.raises(build_mod.SpecError, match="names no layer image"):
+            builder(spec).run(plan, ["cpu-smoke"], only=given)
+
+
+def test_jobs_build_independent_nodes_at_once_and_parents_first(world, tmp_path):
+    """Two stacks that share cpu-torch: with --jobs 2 the two DeepSpeed layers above it build at the same
+    time, and no node starts before its parent passed."""
+    import threading
+    reg, engine, builder = world
+
+    def two_stacks(data):
+        data["layers"]["ds-0.19.8-cpu-b"] = {"kind": "deepspeed", "params": {"version": "0.19.8", "ops": ["cpu_adam"],
+                                                                              "packages": ["six==1.17.0"]}}
+        data["stacks"]["cpu-smoke-b"] = {"base": "debian-bookworm", "layers": ["cpu-torch-2.13", "ds-0.19.8-cpu-b"],
+                                         "tags": ["{stack}"]}
+    spec = spec_for(tmp_path, "jobs", two_stacks)
+    plan = make_plan(spec, ["cpu-smoke", "cpu-smoke-b"], BASE)
+    both = threading.Barrier(2, timeout=10)
+    at_once = []
+    real_build = engine.build
+
+    def build(req, log, progress=lambda line: None):
+        name = req.labels["org.opencontainers.image.title"]
+        if name.startswith("ds-0.19.8-cpu"):
+            both.wait()            # would time out (BrokenBarrierError) if they ran one after the other
+            at_once.append(name)
+        parent = req.build_args["PARENT"]
+        assert name == "cpu-torch-2.13" or "cpu-torch-2.13@" in parent or "ds-0.19.8-cpu" in parent \
+            or "cpu-env@" in parent, (name, parent)
+        real_build(req, log, progress)
+    engine.build = build
+    report = builder(spec).run(plan, ["cpu-smoke", "cpu-smoke-b"], date="2026.12.01", jobs=2)
+    assert report.ok, report.error
+    assert sorted(at_once) == ["ds-0.19.8-cpu", "ds-0.19.8-cpu-b"]
+    assert engine.built[0] == "cpu-torch-2.13" and len(engine.built) == len(plan.nodes)
+
+
+def test_a_failed_node_blocks_its_children_and_not_the_others_with_jobs(world, tmp_path):
+    reg, engine, builder = world
+    spec = spec_for(tmp_path, "jobs-fail")
+    plan = make_plan(spec, ["cpu-smoke"], BASE)
+    engine.failing.add(("ds-0.19.8-cpu", "deepspeed.import"))
+    report = builder(spec).run(plan, ["cpu-smoke"], date="2026.12.01", jobs=3)
+    status = {r.layer: r.status for r in report.nodes.values()}
+    assert status["cpu-torch-2.13"] == "passed" and status["ds-0.19.8-cpu"] == "failed"
+    assert {status["cpu-env"], status["smoke-train"]} == {"blocked"}
+    assert not report.ok and report.tags == {} and None in released(reg, spec).values()

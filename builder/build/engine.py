@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +141,8 @@ class Engine:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                     start_new_session=True, bufsize=1, errors="replace",
                                     preexec_fn=_die_with_parent)
+            with _LIVE_LOCK:
+                _LIVE.add(proc)
             try:
                 assert proc.stdout is not None
                 for line in proc.stdout:
@@ -153,6 +156,9 @@ class Engine:
                 # Interrupted: stop the whole build (client and its BuildKit session), then re-raise.
                 _kill(proc)
                 raise
+            finally:
+                with _LIVE_LOCK:
+                    _LIVE.discard(proc)
         if rc != 0:
             tail = log.read_text(errors="replace").strip().splitlines()[-15:]
             raise EngineError(f"build of {req.tag} failed (exit {rc}); last lines:\n    " + "\n    ".join(tail),
@@ -201,6 +207,20 @@ class Engine:
             return False
         res = self._docker("info", "--format", "{{json .Runtimes}}", timeout=30)
         return res.returncode == 0 and "nvidia" in res.stdout
+
+
+# Build clients running now, in any thread: an interrupt in the main thread stops them all (with
+# `build --jobs N` the others run in worker threads, which a signal never reaches).
+_LIVE: set = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_builds() -> None:
+    """Stop every build client this process runs (each with its BuildKit session)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        _kill(proc)
 
 
 def _die_with_parent() -> None:

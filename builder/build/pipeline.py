@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -20,7 +21,7 @@ from typing import Callable
 from builder import __version__
 from builder.build.bases import resolve
 from builder.build.checks import CheckResult, run_checks
-from builder.build.engine import BuildRequest, Engine
+from builder.build.engine import BuildRequest, Engine, stop_builds
 from builder.errors import ImgbuildError, RegistryError, SourceError, SpecError, ValidationFailed
 from builder.build.hostconf import HostConf
 from builder.build.manifest import build_manifest, fetch_manifest, push_manifest, verdict
@@ -129,6 +130,44 @@ def node_root(plan: Plan, node: Node) -> Node:
     return node
 
 
+def schedule(keys: list[str], parent_of: Callable[[str], str | None], work: Callable[[str], "NodeResult"],
+             blocked: Callable[[str], "NodeResult"], jobs: int = 1):
+    """Run work(key) for every key once its parent's work passed, at most `jobs` at a time, and yield
+    (key, result) as each finishes. A key whose parent did not pass is yielded as blocked(key), unrun.
+    Keys come parents first (the plan's order); with jobs=1 they run in that order. On an interrupt
+    the running builds are stopped (engine.stop_builds) before the exception goes on."""
+    jobs, inside, status, pending = max(1, jobs), set(keys), {}, list(keys)
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="imgbuild-node") as pool:
+        running: dict = {}
+        try:
+            while pending or running:
+                for key in list(pending):
+                    parent = parent_of(key)
+                    ready = "passed" if parent is None or parent not in inside else status.get(parent)
+                    if ready is None:
+                        continue                      # its parent is still to come
+                    if ready != "passed":
+                        pending.remove(key)
+                        status[key] = "blocked"
+                        yield key, blocked(key)
+                    elif len(running) < jobs:
+                        pending.remove(key)
+                        running[pool.submit(work, key)] = key
+                if not running:
+                    continue                          # only blocked keys were left: the loop ends
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    key = running.pop(future)
+                    res = future.result()
+                    status[key] = res.status
+                    yield key, res
+        except BaseException:
+            stop_builds()
+            for future in running:
+                future.cancel()
+            raise
+
+
 class Builder:
     def __init__(self, spec: Spec, engine: Engine, registry: Registry, hostconf: HostConf, say: Say,
                  gpu: bool | None = None):
@@ -166,71 +205,110 @@ class Builder:
             "io.imgbuild.spec-hash": node_spec_hash(plan, node),
         }
 
-    def run(self, plan: Plan, stacks: list[str], date: str | None = None) -> BuildReport:
+    def run(self, plan: Plan, stacks: list[str], date: str | None = None, only: str | None = None,
+            jobs: int = 1) -> BuildReport:
+        """Build what the registry lacks, validate, and (for whole stacks) move the release tags.
+        only: one node's key (CI's node job): its parent must already be in the registry with passing
+        checks; nothing is released. jobs: how many independent nodes are built at once on the engine."""
         report = BuildReport(run_dir=str(self.run_dir))
-        digests: dict[str, str] = {}
-        failed: set[str] = set()
-        total = len(plan.nodes)
+        keys = list(plan.nodes)
+        if only is not None:
+            keys = [self.node_key(plan, only)]
+        order = {key: i for i, key in enumerate(keys, 1)}
         # Look everything up first: the plan with its actions is shown before an hour of building.
-        actions = {}
-        for key, node in plan.nodes.items():
-            actions[key] = self.lookup(node)
+        actions = {key: self.lookup(plan.nodes[key]) for key in keys}
+        digests: dict[str, str] = {}
+        if only is not None:
+            self.parent_ready(plan, plan.nodes[keys[0]], digests)
         counts = {a: sum(1 for v in actions.values() if v[0] == a) for a in ("reuse", "revalidate", "build")}
-        self.say(f"plan: {total} layer image(s): {counts['reuse']} reuse, {counts['revalidate']} revalidate, "
-                 f"{counts['build']} build  (run {self.run_id}, logs in {self.run_dir})")
+        self.say(f"plan: {len(keys)} layer image(s): {counts['reuse']} reuse, {counts['revalidate']} revalidate, "
+                 f"{counts['build']} build" + (f", {jobs} at a time" if jobs > 1 else "")
+                 + f"  (run {self.run_id}, logs in {self.run_dir})")
+        failed: set[str] = set()
         with self.hostconf.secrets() as secrets:
-            for i, (key, node) in enumerate(plan.nodes.items(), 1):
-                action, digest, why = actions[key]
-                res = NodeResult(key=node.short, layer=node.name, action=action)
+            def one(key: str) -> NodeResult:
+                prefix = f"[{order[key]}/{len(keys)}] {plan.nodes[key].name} {key[:12]}"
+                return self.do_node(plan, plan.nodes[key], actions[key], digests, secrets, prefix)
+
+            def blocked(key: str) -> NodeResult:
+                self.say(f"[{order[key]}/{len(keys)}] {plan.nodes[key].name} {key[:12]}: not built, a layer "
+                         "beneath it failed")
+                return NodeResult(key=plan.nodes[key].short, layer=plan.nodes[key].name, action="blocked",
+                                  status="blocked")
+
+            for key, res in schedule(keys, lambda k: plan.nodes[k].parent, one, blocked, jobs):
                 report.nodes[key] = res
-                prefix = f"[{i}/{total}] {node.name} {node.short[:12]}"
-                if node.parent and node.parent in failed:
-                    res.action, res.status = "blocked", "blocked"
+                if res.status == "passed":
+                    digests[key] = res.digest
+                else:
                     failed.add(key)
-                    self.say(f"{prefix}: not built, a layer beneath it failed")
-                    continue
-                start = time.time()
-                try:
-                    if action == "reuse":
-                        digests[key] = digest
-                        res.status, res.digest = "passed", digest
-                        self.say(f"{prefix}: in the registry, validated; reused")
-                        continue
-                    if action == "revalidate":
-                        self.say(f"{prefix}: in the registry, not validated for these checks ({why}): "
-                                 "pulling to validate")
-                        ref = f"{self.spec.site.registry}/{self.repo(node)}@{digest}"
-                        self.engine.pull(ref)
-                        results, facts = self.validate(node, ref, prefix)
-                        res.checks = [asdict(r) for r in results]
-                        self.record(node, facts, results, digest, labels={})
-                        if not all(r.ok for r in results):
-                            raise ValidationFailed(self.failures(node, results))
-                        digests[key] = digest
-                    else:
-                        parent_ref = (f"{self.spec.site.registry}/{self.repo(plan.nodes[node.parent])}@{digests[node.parent]}"
-                                      if node.parent else node.base_ref)
-                        digest, results, log = self.build_node(plan, node, parent_ref, secrets, prefix)
-                        res.log = str(log)
-                        res.checks = [asdict(r) for r in results]
-                        digests[key] = digest
-                    res.status, res.digest = "passed", digests[key]
-                except ImgbuildError as exc:
-                    res.status, res.error = "failed", exc.message
-                    failed.add(key)
-                    self.say(f"{prefix}: FAILED: {exc.message}" + (f"\n    log: {res.log}" if res.log else ""))
-                finally:
-                    res.seconds = round(time.time() - start, 1)
-                    report.write()
+                report.write()
         if failed:
             report.error = f"{len(failed)} layer image(s) failed or were blocked; no release tag was moved"
             report.write()
             return report
-        # promote reads every node's recorded results again: it trusts the registry, not this loop.
-        report.tags = promote(self.spec, self.registry, plan, stacks, date, self.say, expected=digests)
+        if only is None:
+            # promote reads every node's recorded results again: it trusts the registry, not this loop.
+            report.tags = promote(self.spec, self.registry, plan, stacks, date, self.say, expected=digests)
         report.ok = True
         report.write()
         return report
+
+    @staticmethod
+    def node_key(plan: Plan, given: str) -> str:
+        """The node a key names: the full key or a unique prefix of it (at least 12 hex digits)."""
+        found = [k for k in plan.nodes if k.startswith(given.lower())] if len(given) >= 12 else []
+        if len(found) != 1:
+            raise SpecError(f"--node {given!r} names {'no' if not found else 'more than one'} layer image of the "
+                            "selected stacks" + (" (give at least 12 hex digits)" if len(given) < 12 else ""),
+                            hint="the keys are listed by `imgbuild plan` (or plan --json: nodes[].key)")
+        return found[0]
+
+    def parent_ready(self, plan: Plan, node: Node, digests: dict) -> None:
+        """A node job builds on what the registry holds: its parent must be there with passing checks."""
+        if not node.parent:
+            return
+        parent = plan.nodes[node.parent]
+        action, digest, why = self.lookup(parent)
+        if action != "reuse":
+            raise ValidationFailed(
+                f"the parent of {node.name} ({node.short[:12]}) is {parent.name} ({parent.short[:12]}), which the "
+                "registry " + ("does not hold" if action == "build" else f"holds without passing checks ({why})"),
+                hint=f"build it first: imgbuild build --node {parent.short}")
+        digests[node.parent] = digest
+
+    def do_node(self, plan: Plan, node: Node, found: tuple, digests: dict, secrets: dict, prefix: str) -> NodeResult:
+        """Reuse, revalidate or build one node whose parent is done; never raises an ImgbuildError."""
+        action, digest, why = found
+        res = NodeResult(key=node.short, layer=node.name, action=action)
+        start = time.time()
+        try:
+            if action == "reuse":
+                res.status, res.digest = "passed", digest
+                self.say(f"{prefix}: in the registry, validated; reused")
+                return res
+            if action == "revalidate":
+                self.say(f"{prefix}: in the registry, not validated for these checks ({why}): pulling to validate")
+                ref = f"{self.spec.site.registry}/{self.repo(node)}@{digest}"
+                self.engine.pull(ref)
+                results, facts = self.validate(node, ref, prefix)
+                res.checks = [asdict(r) for r in results]
+                self.record(node, facts, results, digest, labels={})
+                if not all(r.ok for r in results):
+                    raise ValidationFailed(self.failures(node, results))
+            else:
+                parent_ref = (f"{self.spec.site.registry}/{self.repo(plan.nodes[node.parent])}@{digests[node.parent]}"
+                              if node.parent else node.base_ref)
+                digest, results, log = self.build_node(plan, node, parent_ref, secrets, prefix)
+                res.log = str(log)
+                res.checks = [asdict(r) for r in results]
+            res.status, res.digest = "passed", digest
+        except ImgbuildError as exc:
+            res.status, res.error = "failed", exc.message
+            self.say(f"{prefix}: FAILED: {exc.message}" + (f"\n    log: {res.log}" if res.log else ""))
+        finally:
+            res.seconds = round(time.time() - start, 1)
+        return res
 
     def build_node(self, plan: Plan, node: Node, parent_ref: str, secrets: dict, prefix: str):
         context = assemble_context(node, self.hostconf, self.run_dir / "context" / node.short)
@@ -290,7 +368,12 @@ class Builder:
         return manifest
 
 def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, date: str | None = None,
-          gpu: bool | None = None) -> BuildReport:
+          gpu: bool | None = None, node: str | None = None, jobs: int = 1) -> BuildReport:
+    if node is not None:
+        # A node job: the stacks are those that hold the node (the key is found among every selected
+        # stack's, bases not resolvable here leave theirs provisional and unmatched).
+        found = make_plan(spec, stacks, resolve(spec, stacks).digests)
+        stacks = found.users[Builder.node_key(found, node)]
     # Impossible stacks fail here, in seconds and without Docker, not after an hour of compiling.
     gate(spec, stacks, say)
     engine = Engine.detect(docker)
@@ -300,7 +383,7 @@ def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, da
     builder = Builder(spec, engine, registry, HostConf.from_env(), say, gpu=gpu)
     say(f"engine: {engine.cli} ({'buildx' if engine.mode == 'buildx' else 'built-in BuildKit'}); registry "
         f"{spec.site.registry}; GPU for checks: {'yes' if builder.gpu else 'no (GPU checks are skipped)'}")
-    report = builder.run(plan, stacks, date)
+    report = builder.run(plan, stacks, date, only=node, jobs=jobs)
     if not report.ok:
         failed = [r for r in report.nodes.values() if r.status == "failed"]
         lines = [f"{r.layer} ({r.key[:12]}): {r.error}" + (f"\n    log: {r.log}" if r.log else "") for r in failed]
