@@ -167,15 +167,25 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
           kinds: Optional[List[Path]] = KindsOpt,
           docker: Optional[str] = typer.Option(None, "--docker", help="The Docker CLI to use (default: detected)."),
           date: Optional[str] = typer.Option(None, "--date", help="The {date} of release tags (default: today, UTC)."),
+          node: Optional[str] = typer.Option(None, "--node", help="Build, validate and push only this layer image "
+                                             "(its key, or 12+ hex digits of it; CI's node job): its parent must be in "
+                                             "the registry with passing checks. Moves no tag."),
+          jobs: int = typer.Option(1, "--jobs", "-j", min=1, max=32, help="Build up to N independent layer images at "
+                                   "once on the engine."),
           as_json: bool = typer.Option(False, "--json", help="Print the report as JSON at the end.")) -> None:
     """Build what the registry lacks, validate every image, then move the release tags."""
     from builder.build.pipeline import build as run_build
     spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_)
-    report = run_build(spec, names, say=lambda line: echo(line), docker=docker, date=date)
+    names = select(spec, selectors, all_ or bool(node and not selectors))
+    report = run_build(spec, names, say=lambda line: echo(line), docker=docker, date=date, node=node, jobs=jobs)
     built = sum(1 for r in report.nodes.values() if r.action == "build")
-    echo(f"ok: {len(names)} stack(s) released; {built} layer image(s) built, "
-               f"{len(report.nodes) - built} reused; report {report.run_dir}/report.json")
+    if node:
+        res = next(iter(report.nodes.values()))
+        echo(f"ok: {res.layer} {res.key} {'built and pushed' if res.action == 'build' else res.action + 'd'} "
+             f"({res.digest}); report {report.run_dir}/report.json")
+    else:
+        echo(f"ok: {len(names)} stack(s) released; {built} layer image(s) built, "
+             f"{len(report.nodes) - built} reused; report {report.run_dir}/report.json")
     if as_json:
         echo(Path(report.run_dir, "report.json").read_text())
 
