@@ -106,23 +106,51 @@ def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
 @app.command()
 def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
            kinds: Optional[List[Path]] = KindsOpt,
-           out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write STACK/NN-LAYER.Dockerfile files here.")) -> None:
+           out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write STACK/NN-LAYER.Dockerfile files here, "
+                                              "with docker-bake.json and build.sh that build every layer parents first."),
+           context: bool = typer.Option(False, "--context", help="With --out: also assemble each layer's build context "
+                                        "in DIR/nodes/TARGET as `build` does (kind files, inputs, git sources fetched "
+                                        "and verified here, wheels from the wheelhouse) and ask the site registry for "
+                                        "base digests, so that the tree builds without imgbuild.")) -> None:
     """Print (or write) the rendered Dockerfile of every layer of the selected stacks."""
     from builder.build.outdir import OutDir
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
-    plan = make_plan(spec, names)
-    if out:
-        # Never through a link, never over a file; each file written whole (temporary name, then rename).
-        with OutDir(out) as folder:
-            for name in names:
-                for i, node in enumerate(plan.chain(name)):
-                    echo(str(folder.write(name, f"{i:02d}-{node.name}.Dockerfile", node.dockerfile)))
+    if context and not out:
+        raise SpecError("--context assembles build contexts into the --out folder: give --out DIR too")
+    if not out:
+        plan = make_plan(spec, names)
+        for name in names:
+            for i, node in enumerate(plan.chain(name)):
+                echo(f"# ==== {name} / {i:02d} {node.name} (key {node.short})")
+                echo(node.dockerfile)
         return
-    for name in names:
-        for i, node in enumerate(plan.chain(name)):
-            echo(f"# ==== {name} / {i:02d} {node.name} (key {node.short})")
-            echo(node.dockerfile)
+    from builder.build import bake
+    from builder.build.bases import resolve
+    # The interop files name images as imgbuild pushes them: keys over base digests. Declared or locked
+    # digests need no network; --context (which fetches sources anyway) also asks the site registry.
+    bases = resolve(spec, names, lookup="site" if context else "none")
+    plan = make_plan(spec, names, bases.digests)
+    # Never through a link, never over a file; each file written whole (temporary name, then rename).
+    with OutDir(out) as folder:
+        for name in names:
+            for i, node in enumerate(plan.chain(name)):
+                echo(str(folder.write(name, f"{i:02d}-{node.name}.Dockerfile", node.dockerfile)))
+        if context:
+            from builder.build.hostconf import HostConf
+            from builder.build.pipeline import assemble_context
+            hostconf = HostConf.from_env()
+            for key, target in bake.names(plan).targets.items():
+                node = plan.nodes[key]
+                echo(str(folder.tree(bake.NODES, target, lambda dest, node=node: assemble_context(node, hostconf, dest))))
+        echo(str(folder.write("", bake.BAKE_FILE, bake.bake_json(plan))))
+        echo(str(folder.write("", bake.SCRIPT, bake.build_script(plan), mode=0o755)))
+    for base, why in sorted(bases.unresolved.items()):
+        echo(f"note: base {base}: {why}; the tags in {bake.BAKE_FILE} and {bake.SCRIPT} are provisional keys "
+             "(`imgbuild lock` records its digest; --context asks the site registry)", err=True)
+    if not context:
+        echo(f"note: no build contexts written; `render --out {out} --context` assembles them in "
+             f"{out}/{bake.NODES}/ (git sources and wheels included)", err=True)
 
 
 @app.command()
