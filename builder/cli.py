@@ -248,6 +248,56 @@ def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAM
     echo("ok: every check passed or was skipped with its reason")
 
 
+ci_app = typer.Typer(no_args_is_help=True, help="Write a CI pipeline from the plan: one job per layer image, "
+                     "needs following the layer DAG, a release job per stack.")
+app.add_typer(ci_app, name="ci")
+ImgbuildCmdOpt = typer.Option("imgbuild", "--imgbuild", help="How the jobs call imgbuild (split into words, each "
+                              "quoted), e.g. '.venv/bin/imgbuild'.")
+CiOutOpt = typer.Option(None, "--out", "-o", help="Write the pipeline to this file (default: stdout).")
+OfflineCiOpt = typer.Option(False, "--offline", help="Ask no registry: bases neither pinned nor locked keep "
+                            "provisional keys (their node jobs will refuse); for review only.")
+
+
+def _ci(system: str, selectors, file: Path, all_: bool, kinds, imgbuild_cmd: str, out, offline: bool,
+        workflow: str | None = None) -> None:
+    from builder import ci
+    spec = load_spec(file, kinds=kinds or None)
+    names = select(spec, selectors, all_)
+    common = ("-f", str(file)) + tuple(a for k in kinds or [] for a in ("--kinds", str(k)))
+    # GitHub's first job writes the workflow again with these very arguments and compares.
+    regenerate = ("ci", system, *(["--all"] if all_ else [f"stack={n}" for n in names]), *common,
+                  "--imgbuild", imgbuild_cmd, "--workflow", str(workflow)) + (("--offline",) if offline else ())
+    text, notes = ci.generate(spec, names, system, imgbuild=imgbuild_cmd, common=common, regenerate=regenerate,
+                              workflow=str(workflow), offline=offline)
+    for note in notes:
+        echo(f"note: {note}", err=True)
+    if out:
+        ci.write(out, text)
+        echo(f"ok: {out}: {system} pipeline for {len(names)} stack(s)", err=True)
+    else:
+        typer.echo(text, nl=False)   # YAML as written: it holds no credential (keys, names, the stacks file path)
+
+
+@ci_app.command("gitlab")
+def ci_gitlab(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
+              kinds: Optional[List[Path]] = KindsOpt, imgbuild_cmd: str = ImgbuildCmdOpt,
+              out: Optional[Path] = CiOutOpt, offline: bool = OfflineCiOpt) -> None:
+    """A GitLab child pipeline (stages build, gpu, release; needs make the DAG). Trigger it from the parent
+    .gitlab-ci.yml with trigger: include: artifact (README, CI pipelines)."""
+    _ci("gitlab", selectors, file, all_, kinds, imgbuild_cmd, out, offline)
+
+
+@ci_app.command("github")
+def ci_github(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
+              kinds: Optional[List[Path]] = KindsOpt, imgbuild_cmd: str = ImgbuildCmdOpt,
+              out: Optional[Path] = CiOutOpt, offline: bool = OfflineCiOpt,
+              workflow: str = typer.Option(".github/workflows/imgbuild.yml", "--workflow", help="Where the workflow "
+                                           "is committed: its first job regenerates it and compares with this file."),
+              ) -> None:
+    """A GitHub Actions workflow; its first job regenerates it and fails when the committed file differs."""
+    _ci("github", selectors, file, all_, kinds, imgbuild_cmd, out, offline, workflow)
+
+
 def _interrupt(signum, frame) -> None:
     # Ctrl-C and SIGTERM (CI cancelling a job) unwind the same way: a running build is stopped, nothing is tagged.
     raise Interrupted(signal.Signals(signum).name)

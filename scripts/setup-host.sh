@@ -5,6 +5,8 @@
 #   3. start a CNCF Distribution registry on $IMGBUILD_REGISTRY (default 127.0.0.1:5000)
 #   4. seed a mirrored base image ($IMGBUILD_BASE_REF) from debootstrap if it is missing
 #   5. check that built-in BuildKit works (RUN --mount=type=secret) and print a summary
+#   6. make the smoke project's git mirror; 7. install gitlab-ci-local (npm; only if missing), with
+#      which tests/test_docker_gitlab.py runs a generated pipeline (rsync, which it needs, is in step 1)
 # Idempotent: a second run only checks and takes seconds.
 #
 # Env knobs:
@@ -28,7 +30,8 @@ REGISTRY_DIR="$STATE_DIR/registry"
 REGISTRY_CONFIG="$REGISTRY_DIR/config.yml"
 ROOTFS_DIR="$STATE_DIR/rootfs-$SUITE"
 ROOTFS_MARKER="$STATE_DIR/rootfs-$SUITE.complete"   # outside the rootfs so it never lands in the image
-PACKAGES=(docker.io docker-registry skopeo debootstrap debian-archive-keyring gpgv git curl ca-certificates iptables xz-utils pigz tar util-linux)
+PACKAGES=(docker.io docker-registry skopeo debootstrap debian-archive-keyring gpgv git curl ca-certificates iptables xz-utils pigz tar util-linux rsync)
+GITLAB_CI_LOCAL_VERSION=4.73.0  # 4.74 and later need Node 22
 
 export DEBIAN_FRONTEND=noninteractive
 export NO_PROXY="127.0.0.1,localhost${NO_PROXY:+,$NO_PROXY}" no_proxy="127.0.0.1,localhost${no_proxy:+,$no_proxy}"
@@ -249,6 +252,24 @@ if [ "$BUILDKIT_OK" = yes ]; then step_done "RUN --mount=type=secret works"; els
 step "git mirror"
 "$(dirname "$0")/make-smoke-mirror.sh" >>"$LOG_DIR/git-mirror.log" 2>&1 || die "make-smoke-mirror.sh failed (log: $LOG_DIR/git-mirror.log)"
 step_done "$(tail -n 1 "$LOG_DIR/git-mirror.log")"
+
+# ---------------------------------------------------------------- 7. gitlab-ci-local
+# Runs the pipelines `imgbuild ci gitlab` writes, for real, with the shell executor (tests/test_docker_gitlab.py).
+step "gitlab-ci-local"
+if [ "$(gitlab-ci-local --version 2>/dev/null)" = "$GITLAB_CI_LOCAL_VERSION" ]; then
+    step_done "$GITLAB_CI_LOCAL_VERSION already installed"
+else
+    if ! command -v npm >/dev/null 2>&1; then
+        log "installing npm (Debian)"
+        apt-get -o Acquire::Retries=3 install -y --no-install-recommends npm >>"$LOG_DIR/apt.log" 2>&1 ||
+            { tail -n 30 "$LOG_DIR/apt.log" >&2; die "apt-get install npm failed (full log: $LOG_DIR/apt.log)"; }
+    fi
+    npm install -g "gitlab-ci-local@$GITLAB_CI_LOCAL_VERSION" >"$LOG_DIR/npm.log" 2>&1 ||
+        { tail -n 30 "$LOG_DIR/npm.log" >&2; die "npm install -g gitlab-ci-local@$GITLAB_CI_LOCAL_VERSION failed (log: $LOG_DIR/npm.log)"; }
+    [ "$(gitlab-ci-local --version 2>/dev/null)" = "$GITLAB_CI_LOCAL_VERSION" ] ||
+        die "gitlab-ci-local $GITLAB_CI_LOCAL_VERSION is not on PATH after npm install -g (log: $LOG_DIR/npm.log)"
+    step_done "installed $GITLAB_CI_LOCAL_VERSION"
+fi
 
 # ---------------------------------------------------------------- summary
 cat >"$STATE_DIR/host.env" <<EOF

@@ -1,0 +1,233 @@
+"""`imgbuild ci gitlab|github` (issue 12): the pipeline written from the plan, checked against the plan
+for the shipped stacks.yaml and examples/real/megatron-ci-lts (every stack): one job per distinct layer
+image, needs equal to the DAG's parent edges, release jobs that need exactly their stack's jobs, GPU
+jobs only where a layer has GPU checks and the site declares GPU runners, names each system accepts,
+commands that split back into the intended words. No Docker and no registry: `--offline` (keys of bases
+neither pinned nor locked stay provisional, which changes no structure). tests/test_docker_gitlab.py runs
+a generated pipeline for real."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from builder.build.bases import resolve
+from builder.build.plan import make_plan
+from builder.load.spec import load_spec
+from conftest import REPO, write_stacks
+
+EXAMPLE = REPO / "examples" / "real" / "megatron-ci-lts" / "stacks.yaml"
+GPU_CI = {"runner_tags": ["docker"], "gpu_runner_tags": ["gpu", "h100"],
+          "github_runs_on": ["self-hosted", "linux"], "github_gpu_runs_on": ["self-hosted", "gpu"]}
+GITLAB_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")
+GITHUB_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,99}\Z")
+RESERVED = {"image", "services", "stages", "types", "before_script", "after_script", "variables", "cache",
+            "include", "true", "false", "nil", "workflow", "default", "pages"}
+
+
+def with_ci(tmp_path: Path, source: Path, ci: dict | None, sub: str) -> Path:
+    """A copy of a stacks file (it names no file beside it) with site.ci set, or without site.ci."""
+    data = yaml.safe_load(source.read_text())
+    data.setdefault("site", {}).pop("ci", None)
+    if ci is not None:
+        data["site"]["ci"] = ci
+    return write_stacks(tmp_path / sub, data)
+
+
+def generated(cli, system: str, file: Path, *extra: str) -> tuple[dict, str, str]:
+    res = cli("ci", system, "--all", "--offline", "-f", str(file), *extra)
+    assert res.code == 0, res.output
+    return yaml.safe_load(res.out), res.out, res.err
+
+
+def offline_plan(file: Path):
+    spec = load_spec(file)
+    names = list(spec.stacks)
+    return spec, names, make_plan(spec, names, resolve(spec, names, lookup="none").digests)
+
+
+CASES = [(source, ci, system) for source in ("shipped", "example") for ci in (None, "gpu")
+         for system in ("gitlab", "github")]
+
+
+@pytest.mark.parametrize("source,ci,system", CASES, ids=["-".join(map(str, c)) for c in CASES])
+def test_the_pipeline_is_the_plan(cli, tmp_path, source, ci, system):
+    file = with_ci(tmp_path, STACKS_OF[source], GPU_CI if ci else None, "s")
+    doc, text, err = generated(cli, system, file)
+    spec, names, plan = offline_plan(file)
+    jobs = doc if system == "gitlab" else doc["jobs"]
+    if system == "gitlab":
+        assert doc["stages"] == ["build", "gpu", "release"]
+        jobs = {k: v for k, v in doc.items() if k != "stages"}
+    ident = (lambda s: s) if system == "gitlab" else (lambda s: s.replace(".", "_"))
+    node_job = {k: ident(f"node-{n.name}-{n.short[:12]}") for k, n in plan.nodes.items()}
+    gpu_nodes = {k for k, n in plan.nodes.items() if any(c.gpu for c in n.checks)}
+    assert gpu_nodes, "the fixture should have layers with GPU checks"
+    gpu_job = {k: ident(f"gpu-{plan.nodes[k].name}-{plan.nodes[k].short[:12]}") for k in gpu_nodes} if ci else {}
+
+    def script(job: dict) -> list[str]:
+        lines = job["script"] if system == "gitlab" else [s["run"] for s in job["steps"] if "run" in s]
+        assert len(lines) == 1, job
+        return shlex.split(lines[0])
+
+    def needs(job: dict) -> list[str]:
+        return list(job["needs"])
+
+    # One job per distinct node (each once, shared ones too), and nothing else but GPU, release (and GitHub's check).
+    expected = set(node_job.values()) | set(gpu_job.values()) | {ident(f"release-{s}") for s in names}
+    if system == "github":
+        expected.add("workflow-current")
+    assert set(jobs) == expected
+    assert len(node_job) == len(plan.nodes) == len(set(node_job.values()))
+    for name in jobs:
+        assert (GITLAB_NAME.match(name) and name not in RESERVED and len(name) <= 255) if system == "gitlab" \
+            else GITHUB_ID.match(name), name
+    for key, node in plan.nodes.items():
+        job = jobs[node_job[key]]
+        parent = [node_job[node.parent]] if node.parent else ([] if system == "gitlab" else ["workflow-current"])
+        assert needs(job) == parent, (node.name, job)
+        argv = script(job)
+        assert argv[:3] == ["imgbuild", "build", "--node"] and argv[3] == node.short, argv
+        assert argv[4].startswith("stack=") and argv[4][6:] in plan.users[key] and argv[5:] == ["-f", str(file)]
+        tags = job.get("tags") if system == "gitlab" else job["runs-on"]
+        assert tags == ((GPU_CI["runner_tags"] if ci else None) if system == "gitlab"
+                        else GPU_CI["github_runs_on"] if ci else ["self-hosted"])
+        if key in gpu_job:
+            gjob = jobs[gpu_job[key]]
+            assert script(gjob) == argv                       # the same node job, on a GPU runner
+            assert needs(gjob) == [node_job[key]] + ([gpu_job[node.parent]] if node.parent in gpu_job else [])
+            assert (gjob["tags"] if system == "gitlab" else gjob["runs-on"]) == \
+                GPU_CI["gpu_runner_tags" if system == "gitlab" else "github_gpu_runs_on"]
+            assert gjob.get("stage", "gpu") == "gpu"
+    for name in names:
+        job = jobs[ident(f"release-{name}")]
+        chain = plan.stacks[name]
+        assert sorted(needs(job)) == sorted([node_job[k] for k in chain] + [gpu_job[k] for k in chain if k in gpu_job])
+        assert script(job) == ["imgbuild", "release", f"stack={name}", "-f", str(file)]
+    if not ci:
+        assert "GPU checks but site.ci" in err and not any(j.startswith("gpu-") for j in jobs)
+    assert "&id" not in text and "*id" not in text           # no YAML aliases: each job whole
+
+
+STACKS_OF = {"shipped": REPO / "stacks.yaml", "example": EXAMPLE}
+
+
+def test_shared_layers_are_one_job_needed_by_every_stack_that_uses_them(cli, tmp_path):
+    doc, _, _ = generated(cli, "gitlab", with_ci(tmp_path, REPO / "stacks.yaml", None, "s"))
+    spec, names, plan = offline_plan(tmp_path / "s" / "stacks.yaml")
+    shared = [n for k, n in plan.nodes.items() if len(plan.users[k]) > 1]
+    assert shared
+    for node in shared:
+        job = f"node-{node.name}-{node.short[:12]}"
+        for stack in plan.users[node.key]:
+            assert job in doc[f"release-{stack}"]["needs"]
+
+
+def test_the_github_workflow_regenerates_to_itself(cli, tmp_path):
+    """The check job's command, run again, writes the very same file: a committed workflow is current
+    exactly when that job's diff is empty."""
+    file = with_ci(tmp_path, EXAMPLE, GPU_CI, "s")
+    out = tmp_path / "imgbuild.yml"
+    res = cli("ci", "github", "--all", "--offline", "-f", str(file), "--out", str(out), "--workflow", str(out))
+    assert res.code == 0, res.output
+    doc = yaml.safe_load(out.read_text())
+    steps = doc["jobs"]["workflow-current"]["steps"]
+    regen = shlex.split(steps[1]["run"])
+    assert regen[:3] == ["imgbuild", "ci", "github"] and regen[-2:] == ["--out", "$RUNNER_TEMP/imgbuild-workflow.yml"]
+    assert shlex.split(steps[2]["run"]) == ["diff", "-u", str(out), "$RUNNER_TEMP/imgbuild-workflow.yml"]
+    again = tmp_path / "again.yml"
+    res = cli(*regen[1:-1], str(again))
+    assert res.code == 0, res.output
+    assert again.read_bytes() == out.read_bytes()
+    assert doc["on"] == ["push", "workflow_dispatch"] and doc["permissions"] == {"contents": "read"}
+
+
+def test_words_are_quoted(cli, tmp_path):
+    """A stacks file path with a space and a quote, and an imgbuild command of several words, split back
+    into exactly the words meant."""
+    data = yaml.safe_load((REPO / "stacks.yaml").read_text())
+    file = write_stacks(tmp_path / "my site's stacks", data, "stacks $HOME.yaml")
+    cmd = ".venv/bin/python -m builder.cli"
+    for system in ("gitlab", "github"):
+        res = cli("ci", system, "stack=cpu-smoke", "--offline", "-f", str(file), "--imgbuild", cmd)
+        assert res.code == 0, res.output
+        doc = yaml.safe_load(res.out)
+        jobs = doc if system == "gitlab" else doc["jobs"]
+        release = jobs["release-cpu-smoke"]
+        line = release["script"][0] if system == "gitlab" else release["steps"][1]["run"]
+        assert shlex.split(line) == [*cmd.split(), "release", "stack=cpu-smoke", "-f", str(file)]
+
+
+def test_out_writes_the_file_and_stdout_stays_empty(cli, tmp_path):
+    out = tmp_path / "child.yml"
+    res = cli("ci", "gitlab", "stack=cpu-smoke", "--offline", "--out", str(out), "-f", str(REPO / "stacks.yaml"))
+    assert res.code == 0 and res.out == "" and f"ok: {out}" in res.err, res.output
+    assert "release-cpu-smoke" in yaml.safe_load(out.read_text())
+
+
+def test_an_unresolvable_base_is_refused_without_offline(cli, tmp_path, monkeypatch):
+    from builder.errors import RegistryError
+    import builder.build.bases as bases
+
+    class Down:
+        def __init__(self, host):
+            pass
+
+        def manifest_digest(self, repo, ref):
+            raise RegistryError("unreachable (test)")
+
+    monkeypatch.setitem(bases.resolve.__kwdefaults__, "registry", Down)
+    res = cli("ci", "gitlab", "stack=cpu-smoke", "-f", str(REPO / "stacks.yaml"))
+    assert res.code == 6 and "cannot resolve base 'debian-bookworm'" in res.err, res.output
+
+
+def test_the_readme_parent_pipeline_generates_then_triggers():
+    """gitlab-ci-local runs this parent for real (test_docker_gitlab.py); here its shape."""
+    text = (REPO / "README.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "trigger:" in b)
+    doc = yaml.safe_load(block)
+    gen, trig = doc["generate"], doc["images"]
+    assert doc["stages"] == [gen["stage"], trig["stage"]]
+    words = shlex.split(gen["script"][0])
+    assert words[:3] == ["imgbuild", "ci", "gitlab"] and "--all" in words
+    assert words[words.index("--out") + 1] == "child.yml" and gen["artifacts"]["paths"] == ["child.yml"]
+    assert trig["needs"] == ["generate"]
+    assert trig["trigger"] == {"include": [{"artifact": "child.yml", "job": "generate"}], "strategy": "depend"}
+
+
+BAD_CI = [
+    ("unknown key", "  ci:\n    runner_tag: [docker]\n", "IB201", 6, "site.ci.runner_tag", "unknown key 'runner_tag'"),
+    ("not a list", "  ci:\n    gpu_runner_tags: gpu\n", "IB202", 6, "site.ci.gpu_runner_tags",
+     "expected a list of runner tags, got"),
+    ("a space", "  ci:\n    gpu_runner_tags: [gpu, 'h 100']\n", "IB208", 6, "site.ci.gpu_runner_tags[1]",
+     "is not a runner tag"),
+    ("shell", "  ci:\n    github_runs_on:\n      - self-hosted\n      - '$(reboot)'\n", "IB208", 8,
+     "site.ci.github_runs_on[1]", "is not a runner tag"),
+    ("twice", "  ci:\n    runner_tags: [docker, docker]\n", "IB208", 6, "site.ci.runner_tags[1]", "listed twice"),
+    ("not a mapping", "  ci: [docker]\n", "IB202", 5, "site.ci", "expected a mapping of runner tag lists"),
+    ("a mapping", "  ci:\n    runner_tags: [{a: b}]\n", "IB202", 6, "site.ci.runner_tags[0]", "expected"),
+]
+
+
+@pytest.mark.parametrize("case", BAD_CI, ids=[c[0] for c in BAD_CI])
+def test_bad_site_ci_is_refused_with_file_line_and_key(cli, tmp_path, case):
+    _, snippet, rule, line, key, reason = case
+    head = "version: 1\nsite:\n  registry: 127.0.0.1:5000\n  namespace: imgbuild\n"
+    rest = yaml.safe_load((REPO / "stacks.yaml").read_text())
+    rest.pop("site"), rest.pop("version", None)
+    file = write_stacks(tmp_path / "s", head + snippet + yaml.safe_dump(rest, sort_keys=False))
+    for args in (("check", "-f", str(file)), ("ci", "gitlab", "--all", "--offline", "-f", str(file))):
+        res = cli(*args)
+        assert res.code == 2, res.output
+        assert f"spec error[{rule}]: {file}:{line}: {key}: " in res.err and reason in res.err, res.err
+
+
+def test_site_ci_is_read_into_the_site():
+    import builder.load.spec as spec_mod
+    assert "ci" in spec_mod.SITE_KEYS
+    spec = load_spec(REPO / "stacks.yaml")
+    assert spec.site.ci == spec_mod.CiRunners()
