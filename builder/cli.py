@@ -126,10 +126,14 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
                 echo(node.dockerfile)
         return
     from builder.build import bake
-    from builder.build.bases import resolve
+    from builder.build.bases import Resolved, resolve
+    from builder.errors import RegistryError
     # The interop files name images as imgbuild pushes them: keys over base digests. Declared or locked
     # digests need no network; --context (which fetches sources anyway) also asks the site registry.
-    bases = resolve(spec, names, lookup="site" if context else "none")
+    try:
+        bases = resolve(spec, names, lookup="site" if context else "none")
+    except RegistryError as exc:   # a base reference no registry client can parse: render all the same
+        bases = Resolved(unresolved={"(all)": f"base digests not resolved ({exc.message})"})
     plan = make_plan(spec, names, bases.digests)
     # Never through a link, never over a file; each file written whole (temporary name, then rename).
     with OutDir(out) as folder:

@@ -212,6 +212,17 @@ def test_names_are_bake_names_and_unique(write):
     assert n.groups["default"] == "default-2" and n.groups["cpu-smoke"] == "cpu-smoke"
 
 
+def test_a_registry_name_no_client_parses_still_renders(write, tmp_path):
+    """check accepts a 20,000-character registry name; render --out writes the tree all the same and
+    says that no base digest was resolved (the hostile suite's registry/long)."""
+    data = yaml.safe_load(STACKS.read_text())
+    data["site"]["registry"] = "pwned" * 4000
+    res = run_cli("render", "stack=cpu-smoke", "-f", write(data), "--out", tmp_path / "out")
+    assert res.code == 0, res.output[-500:]
+    assert "base digests not resolved" in res.err and "Traceback" not in res.output
+    assert build_lines((tmp_path / "out" / bake.SCRIPT).read_text())
+
+
 # -- the real engine -----------------------------------------------------------------------------------
 
 @pytest.mark.docker
