@@ -107,7 +107,7 @@ class FakeEngine:
     def tag(self, src, dst):
         self.images[dst] = self.images[src]
 
-    def push(self, ref):
+    def push(self, ref, on_retry=None):
         host, _, rest = ref.partition("/")
         repo, _, tag = rest.rpartition(":")
         config = self.registry.put_blob(repo, json.dumps({"config": {"Labels": self.images[ref]}}).encode())
@@ -400,7 +400,7 @@ def test_release_reads_the_registry_and_refuses_an_unbuilt_stack(world, tmp_path
     """`imgbuild release` (CI's release step) runs promote on what the registry holds."""
     reg, engine, builder = world
     spec = spec_for(tmp_path, "good")
-    monkeypatch.setattr(build_mod, "Registry", lambda host: reg)
+    monkeypatch.setattr(build_mod, "Registry", lambda host, **kw: reg)
     monkeypatch.setattr(build_mod, "resolve", lambda spec, stacks: Resolved(digests=BASE))
     with pytest.raises(PublishError, match="is not in the registry"):
         build_mod.release(spec, ["cpu-smoke"], lambda line: None, date="2026.12.01")
@@ -519,3 +519,72 @@ def test_a_failed_node_blocks_its_children_and_not_the_others_with_jobs(world, t
     assert status["cpu-torch-2.13"] == "passed" and status["ds-0.19.8-cpu"] == "failed"
     assert {status["cpu-env"], status["smoke-train"]} == {"blocked"}
     assert not report.ok and report.tags == {} and None in released(reg, spec).values()
+
+
+# -- issue 12: many builders, one registry ------------------------------------------------------------
+
+def test_the_key_tag_moves_only_after_the_proof_is_stored(world, tmp_path):
+    """A node's image is pushed under KEY.pending, its manifest stored, and only then the key tag PUT:
+    a job killed at any point leaves the key absent or complete."""
+    reg, engine, builder = world
+    spec = spec_for(tmp_path, "order")
+    report, plan = run(builder, spec)
+    assert report.ok
+    top = plan.top("cpu-smoke")
+    repo = layer_repo(spec.site.namespace, top.name)
+    puts = [ref for r, ref in reg.puts if r == repo]
+    digest = reg.manifest_digest(repo, top.short)
+    assert puts.index(f"{top.short}.pending") < puts.index(artifact_tag(digest)) < puts.index(top.short)
+
+
+def test_a_racing_builder_adopts_the_image_that_holds_the_key_first(world, tmp_path):
+    reg, engine, builder = world
+    spec = spec_for(tmp_path, "race")
+    plan = make_plan(spec, ["cpu-smoke"], BASE)
+    first = builder(spec)
+    said = []
+    first.say = said.append
+    labels = first.labels   # builds are not reproducible: the two builders' images differ
+    first.labels = lambda *a: {**labels(*a), "run": "first"}
+    # The other builder finishes every node while this one is between its push and its key tag.
+    real_put = reg.put_manifest
+    raced = {}
+
+    def put_manifest(repo, reference, body, media_type):
+        if reference.endswith(".imgbuild") and not raced:
+            raced["done"] = True
+            other = builder(spec)
+            assert other.run(make_plan(spec, ["cpu-smoke"], BASE), ["cpu-smoke"], date="2026.12.01").ok
+        return real_put(repo, reference, body, media_type)
+    reg.put_manifest = put_manifest
+    engine.images.clear()
+    report = first.run(plan, ["cpu-smoke"], date="2026.12.01")
+    assert report.ok, report.error
+    # One image per key, each with its proof, and the release names the key's image.
+    for node in plan.chain("cpu-smoke"):
+        repo = layer_repo(spec.site.namespace, node.name)
+        digest = reg.manifest_digest(repo, node.short)
+        assert verdict(fetch_manifest(reg, repo, digest), node, digest) is None
+        assert report.nodes[node.key].digest == digest
+    assert set(released(reg, spec).values()) == {reg.manifest_digest(layer_repo(spec.site.namespace, plan.top("cpu-smoke").name),
+                                                                      plan.top("cpu-smoke").short)}
+    assert raced and any("another builder stored this key first" in line for line in said), said
+
+
+def test_release_tags_never_move_backwards(world, tmp_path, monkeypatch):
+    reg, engine, builder = world
+    old_spec = spec_for(tmp_path, "old")
+    new_spec = spec_for(tmp_path, "new", lambda d: d["runtimes"]["cpu-env"]["params"]["env"].update(OMP_NUM_THREADS="3"))
+    monkeypatch.setenv("IMGBUILD_SERIAL", "8")
+    assert run(builder, new_spec)[0].ok                       # the newer pipeline (8) releases first
+    newer = released(reg, new_spec)
+    monkeypatch.setenv("IMGBUILD_SERIAL", "7")
+    report, _ = run(builder, old_spec)                        # the older one (7) finishes last
+    assert report.ok and report.tags.get("cpu-smoke", {}) == {}
+    assert released(reg, new_spec) == newer
+    monkeypatch.setenv("IMGBUILD_SERIAL", "8")                # a rerun of the same pipeline may move them
+    assert run(builder, new_spec)[0].ok and released(reg, new_spec) == newer
+    monkeypatch.setenv("IMGBUILD_SERIAL", "9")
+    report, _ = run(builder, old_spec)                        # a newer pipeline going back on purpose
+    assert report.ok and set(report.tags["cpu-smoke"]) == set(TAGS)
+    assert released(reg, old_spec) != newer

@@ -61,3 +61,31 @@ def test_jobs_build_two_stacks_at_once(work, first):
     assert sorted(built) == ["cpu-env", "cpu-env-b", "smoke-train", "smoke-train"], built
     assert "2 at a time" in proc.stdout
     assert release("cpu-smoke-jobs") and release("cpu-smoke-b-jobs", "cpu-smoke-b")
+
+
+def test_two_builders_racing_end_in_one_consistent_state(work, first):
+    """Two `imgbuild build` of the same changed stack at once on one engine: both succeed, and each key
+    names one image with its proof, which the release tag (moved by whichever finished last) names too."""
+    import subprocess
+    import sys
+    from builder.build.manifest import fetch_manifest, verdict
+    from builder.build.plan import make_plan
+    from builder.build.registry import Registry
+    from builder.load.spec import load_spec
+    from e2e import REGISTRY, env_for
+    f = str(stacks_file(work, "race", _runtime("7", "{stack}-race")))
+    procs = [subprocess.Popen([sys.executable, "-m", "builder.cli", "build", "stack=cpu-smoke", "-f", f],
+                              cwd=work, env=env_for(work), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=1800)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    spec = load_spec(f)
+    reg = Registry(REGISTRY)
+    digests = {spec.stack("cpu-smoke").base.name: reg.manifest_digest("mirror/debian", "bookworm")}
+    plan = make_plan(spec, ["cpu-smoke"], digests)
+    for node in plan.chain("cpu-smoke"):
+        repo = f"{spec.site.namespace}/layers/{node.name}"
+        digest = reg.manifest_digest(repo, node.short)
+        assert digest and verdict(fetch_manifest(reg, repo, digest), node, digest) is None, node.name
+    top = plan.top("cpu-smoke")
+    assert release("cpu-smoke-race") == reg.manifest_digest(f"{spec.site.namespace}/layers/{top.name}", top.short)

@@ -185,8 +185,19 @@ class Engine:
             return None
         return json.loads(res.stdout)[0]
 
-    def push(self, ref: str) -> None:
-        self._ok(f"push of {ref}", "push", ref, timeout=3600)
+    def push(self, ref: str, on_retry: Callable[[str], None] = lambda line: None) -> None:
+        """docker push, tried again after PUSH_RETRIES waits: a registry that restarts mid-push is
+        waited for (pushing is idempotent: blobs already there are skipped)."""
+        for delay in (*PUSH_RETRIES, None):
+            res = self._docker("push", ref, timeout=3600)
+            if res.returncode == 0:
+                return
+            if delay is None:
+                raise EngineError(f"push of {ref} failed after {len(PUSH_RETRIES)} retries: "
+                                  f"{(res.stderr or res.stdout).strip()[-800:]}")
+            on_retry(f"push of {ref} failed ({(res.stderr or res.stdout).strip().splitlines()[-1:] or ['?']}[0]); "
+                     f"retrying in {delay:g} s")
+            time.sleep(delay)
 
     def pull(self, ref: str) -> None:
         self._ok(f"pull of {ref}", "pull", "--quiet", ref, timeout=3600)
@@ -208,6 +219,8 @@ class Engine:
         res = self._docker("info", "--format", "{{json .Runtimes}}", timeout=30)
         return res.returncode == 0 and "nvidia" in res.stdout
 
+
+PUSH_RETRIES = tuple(float(x) for x in os.environ.get("IMGBUILD_PUSH_BACKOFF", "2,5,10,20").split(",") if x)
 
 # Build clients running now, in any thread: an interrupt in the main thread stops them all (with
 # `build --jobs N` the others run in worker threads, which a signal never reaches).

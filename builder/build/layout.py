@@ -2,7 +2,9 @@
 
     NAMESPACE/layers/LAYER:KEY                   a layer image, tagged by its content key
     NAMESPACE/layers/LAYER:sha256-HEX.imgbuild   the measured manifest of that image (an OCI artifact)
+    NAMESPACE/layers/LAYER:KEY.pending           an image staged before its key tag names it
     NAMESPACE/STACK:TAG                          a stack's release tags (copies of its top layer image)
+    NAMESPACE/STACK:imgbuild-release-HASH        which release (serial) last moved TAG (an OCI artifact)
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ def artifact_tag(image_digest: str) -> str:
     return image_digest.replace(":", "-") + ".imgbuild"
 
 
+def release_record_tag(tag: str) -> str:
+    """The tag of the record saying which release last moved `tag` (hashed: a tag may be 128 long)."""
+    import hashlib
+    return "imgbuild-release-" + hashlib.sha256(tag.encode()).hexdigest()[:24]
+
+
 def layer_of_release(repo: str, layer: str) -> str | None:
     """For a release repository (NAMESPACE/STACK), the repository of the layer image it copies; None
     when repo already is a layer repository."""
@@ -32,4 +40,4 @@ def layer_of_release(repo: str, layer: str) -> str | None:
     return layer_repo(namespace, layer)
 
 
-__all__ = ["layer_repo", "release_repo", "artifact_tag", "layer_of_release"]
+__all__ = ["layer_repo", "release_repo", "artifact_tag", "layer_of_release", "release_record_tag"]

@@ -28,7 +28,7 @@ from builder.build.manifest import build_manifest, fetch_manifest, push_manifest
 from builder.build.layout import layer_repo
 from builder.build.plan import KEY_LEN, Node, Plan, file_refs, image_ref, make_plan, sha256
 from builder.rules.review import gate
-from builder.build.publish import promote
+from builder.build.publish import promote, release_serial
 from builder.build.registry import Registry
 from builder.build.render import input_path
 from builder.build.sources import export
@@ -111,6 +111,11 @@ def assemble_context(node: Node, hostconf: HostConf, dest: Path) -> Path:
             except OSError:
                 shutil.copy2(src, dest / "wheelhouse" / wheel.file)
     return dest
+
+
+def pending_tag(short: str) -> str:
+    """Where a node's image is staged before its key tag names it (see Builder.publish_node)."""
+    return f"{short}.pending"
 
 
 def node_spec_hash(plan: Plan, node: Node) -> str:
@@ -249,7 +254,8 @@ class Builder:
             return report
         if only is None:
             # promote reads every node's recorded results again: it trusts the registry, not this loop.
-            report.tags = promote(self.spec, self.registry, plan, stacks, date, self.say, expected=digests)
+            report.tags = promote(self.spec, self.registry, plan, stacks, date, self.say, expected=digests,
+                                  serial=release_serial(self.spec))
         report.ok = True
         report.write()
         return report
@@ -330,16 +336,38 @@ class Builder:
         if not all(r.ok for r in results):
             self.record(node, facts, results, None, labels)
             raise ValidationFailed(self.failures(node, results) + f" (image kept locally as {local})")
-        final = image_ref(self.spec, node)
-        self.engine.tag(local, final)
-        self.engine.push(final)
-        digest = self.registry.manifest_digest(self.repo(node), node.short)
-        if not digest:
-            raise RegistryError(f"{final} was pushed but the registry does not show it")
-        self.record(node, facts, results, digest, labels)
+        digest = self.publish_node(node, local, facts, results, labels, prefix)
         self.engine.remove(local)
-        self.say(f"{prefix}: pushed {final} ({digest[:19]})")
         return digest, results, log
+
+    def publish_node(self, node: Node, local: str, facts: dict, results, labels: dict, prefix: str) -> str:
+        """Push a validated image so that its key is absent or complete, never half, and one image holds
+        it however many builders race (first writer wins):
+          1. push under the staging tag KEY.pending (the key tag does not move);
+          2. store the measured manifest beside that digest;
+          3. if the key tag already names an image with passing proof (another builder finished first),
+             adopt that one; else point the key tag at ours (a manifest PUT of the same bytes).
+        A job killed before 3 leaves the key absent; after 3 the key has its image and its proof."""
+        repo = self.repo(node)
+        staging = f"{self.spec.site.registry}/{repo}:{pending_tag(node.short)}"
+        self.engine.tag(local, staging)
+        self.engine.push(staging, on_retry=self.say)
+        self.engine.remove(staging)
+        digest = self.registry.manifest_digest(repo, pending_tag(node.short))
+        if not digest:
+            raise RegistryError(f"{staging} was pushed but the registry does not show it")
+        self.record(node, facts, results, digest, labels)
+        current = self.registry.manifest_digest(repo, node.short)
+        if current and current != digest and verdict(fetch_manifest(self.registry, repo, current), node, current,
+                                                     self.gpu) is None:
+            self.say(f"{prefix}: another builder stored this key first ({current[:19]}); using its image")
+            return current
+        found = self.registry.get_manifest(repo, digest)
+        if not found:
+            raise RegistryError(f"{repo}@{digest} vanished from the registry before its key was tagged")
+        self.registry.put_manifest(repo, node.short, self.registry.manifest_bytes(repo, digest, found[1]), found[1])
+        self.say(f"{prefix}: pushed {image_ref(self.spec, node)} ({digest[:19]})")
+        return digest
 
     def validate(self, node: Node, image: str, prefix: str) -> tuple[list[CheckResult], dict]:
         results, facts = run_checks(self.engine, image, node.checks, self.gpu)
@@ -377,8 +405,9 @@ def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, da
     # Impossible stacks fail here, in seconds and without Docker, not after an hour of compiling.
     gate(spec, stacks, say)
     engine = Engine.detect(docker)
-    registry = Registry(spec.site.registry)
+    registry = Registry(spec.site.registry, on_retry=say)
     registry.ping()
+    registry.retries = True   # from here a registry that restarts is waited for (registry.BACKOFF)
     plan = make_plan(spec, stacks, resolve(spec, stacks).require())
     builder = Builder(spec, engine, registry, HostConf.from_env(), say, gpu=gpu)
     say(f"engine: {engine.cli} ({'buildx' if engine.mode == 'buildx' else 'built-in BuildKit'}); registry "
@@ -387,6 +416,11 @@ def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, da
     if not report.ok:
         failed = [r for r in report.nodes.values() if r.status == "failed"]
         lines = [f"{r.layer} ({r.key[:12]}): {r.error}" + (f"\n    log: {r.log}" if r.log else "") for r in failed]
+        # What a rerun starts from: each pushed key is complete (image and proof), the others absent.
+        done = [f"{r.layer} ({r.key[:12]})" for r in report.nodes.values() if r.status == "passed"]
+        undone = [f"{r.layer} ({r.key[:12]})" for r in report.nodes.values() if r.status != "passed"]
+        lines.append("in the registry, validated: " + (", ".join(done) or "none"))
+        lines.append("not pushed: " + (", ".join(undone) or "none"))
         raise BuildFailed("\n  ".join([report.error or "build failed"] + lines), report)
     return report
 
@@ -395,10 +429,11 @@ def release(spec: Spec, stacks: list[str], say: Say, date: str | None = None) ->
     """Move the release tags of already built stacks (CI's release step): no engine, nothing built.
     The proof is read from the registry by promote, never taken from a job's exit code."""
     gate(spec, stacks, say)
-    registry = Registry(spec.site.registry)
+    registry = Registry(spec.site.registry, on_retry=say)
     registry.ping()
+    registry.retries = True
     plan = make_plan(spec, stacks, resolve(spec, stacks).require())
-    return promote(spec, registry, plan, stacks, date, say)
+    return promote(spec, registry, plan, stacks, date, say, serial=release_serial(spec))
 
 
 class BuildFailed(ImgbuildError):

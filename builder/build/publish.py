@@ -7,18 +7,24 @@ is computed and checked before the first one moves.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
 import time
+from pathlib import Path
 from typing import Callable
 
 from builder.errors import ImgbuildError
 from builder.build.manifest import fetch_manifest, verdict
-from builder.build.layout import layer_repo, release_repo
+from builder.build.layout import layer_repo, release_record_tag, release_repo
 from builder.build.plan import Plan
 from builder.build.registry import Registry
 from builder.load.spec import Spec
 
 TAG_OK = re.compile(r"[^A-Za-z0-9_.-]")
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+RELEASE_TYPE = "application/vnd.imgbuild.release.v1+json"
 
 
 class PublishError(ImgbuildError):
@@ -41,8 +47,43 @@ def release_tags(template_list, stack: str, measured: dict, date: str) -> list[s
     return tags
 
 
+def release_serial(spec: Spec) -> int | None:
+    """Which release this is, to order releases that race: $IMGBUILD_SERIAL, else the CI system's
+    pipeline number ($CI_PIPELINE_IID, $GITHUB_RUN_NUMBER), else the commit time of the stacks file's
+    git HEAD. None (no order: tags always move) outside CI and git."""
+    for var in ("IMGBUILD_SERIAL", "CI_PIPELINE_IID", "GITHUB_RUN_NUMBER"):
+        value = os.environ.get(var, "").strip()
+        if value:
+            if not value.isdigit():
+                raise PublishError(f"${var}={value!r} is not a release serial (a whole number)")
+            return int(value)
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%ct"], cwd=Path(spec.file).resolve().parent,
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip().isdigit() else None
+
+
+def _recorded_serial(reg: Registry, repo: str, tag: str) -> int | None:
+    found = reg.get_manifest(repo, release_record_tag(tag))
+    if not found:
+        return None
+    value = (found[0].get("annotations") or {}).get("io.imgbuild.serial", "")
+    return int(value) if value.isdigit() else None
+
+
+def _record_release(reg: Registry, repo: str, tag: str, digest: str, serial: int) -> None:
+    config = reg.put_blob(repo, b"{}")
+    body = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                       "config": {"mediaType": RELEASE_TYPE, "digest": config, "size": 2}, "layers": [],
+                       "annotations": {"io.imgbuild.tag": tag, "io.imgbuild.serial": str(serial),
+                                       "io.imgbuild.subject": digest}}).encode()
+    reg.put_manifest(repo, release_record_tag(tag), body, OCI_MANIFEST)
+
+
 def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str | None,
-            say: Callable[[str], None], expected: dict | None = None) -> dict:
+            say: Callable[[str], None], expected: dict | None = None, serial: int | None = None) -> dict:
     """Move the release tags of `stacks`, or none of them.
 
     Whatever the caller believes, every node of every stack is read back from the registry first: its
@@ -91,11 +132,20 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
     moved: dict = {}
     for name, repo, tag, body, media_type, digest in moves:
         before = reg.manifest_digest(repo, tag)
+        held = _recorded_serial(reg, repo, tag) if serial is not None else None
+        if held is not None and held > serial:
+            # Tags never move backwards: an older pipeline finishing after a newer one leaves its tags.
+            say(f"tag {spec.site.registry}/{repo}:{tag} kept at {str(before)[:19]}: release {held} moved it, "
+                f"this is release {serial}")
+            continue
+        if serial is not None:
+            _record_release(reg, repo, tag, digest, serial)   # first: a kill between leaves the order safe
         reg.put_manifest(repo, tag, body, media_type)
         moved.setdefault(name, {})[tag] = digest
         change = "unchanged" if before == digest else (f"moved from {before[:19]}" if before else "new")
-        say(f"tag {spec.site.registry}/{repo}:{tag} -> {digest[:19]} ({change})")
+        say(f"tag {spec.site.registry}/{repo}:{tag} -> {digest[:19]} ({change})"
+            + (f" [release {serial}]" if serial is not None else ""))
     return moved
 
 
-__all__ = ["promote", "release_tags", "PublishError"]
+__all__ = ["promote", "release_tags", "release_serial", "PublishError"]

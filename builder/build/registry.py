@@ -13,11 +13,13 @@ import json
 import os
 import re
 import subprocess
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from builder.errors import RegistryError
 
@@ -94,6 +96,11 @@ class Registry:
     scheme: str = ""
     timeout: float = 30.0
     bytes_in: int = 0
+    # With retries, transient faults (connection refused or reset, 429, 5xx: a registry restarting) are
+    # retried with BACKOFF. build and release turn them on once ping found the registry; a plan or a
+    # diff asks once and says "unreachable" at once.
+    retries: bool = False
+    on_retry: Callable[[str], None] = lambda line: None
     _token: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -108,7 +115,8 @@ class Registry:
     def _request(self, method: str, path: str, *, headers: dict | None = None, data: bytes | None = None,
                  scope: str = "", ok: tuple = (200,)) -> Response:
         url = path if path.startswith("http") else f"{self.scheme}://{self.host}{path}"
-        for attempt in range(2):
+        authenticated, waits = False, backoff()
+        while True:
             req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
             if scope in self._token:
                 req.add_header("Authorization", self._token[scope])
@@ -120,18 +128,36 @@ class Registry:
             except urllib.error.HTTPError as exc:
                 body = exc.read() or b""
                 self.bytes_in += len(body)
-                if exc.code == 401 and attempt == 0 and self._authenticate(exc.headers.get("WWW-Authenticate", ""), scope):
-                    continue
+                if exc.code == 401 and not authenticated:
+                    authenticated = True
+                    if self._authenticate(exc.headers.get("WWW-Authenticate", ""), scope):
+                        continue
+                    raise RegistryError(f"registry {self.host} refused the credentials for {scope or 'this request'}",
+                                        hint="log in with `docker login` so that the credential store holds them") from None
                 if exc.code in ok:
                     return Response(exc.code, {k.lower(): v for k, v in exc.headers.items()}, body)
+                if exc.code in TRANSIENT and self._wait(waits, f"{method} answered {exc.code}"):
+                    continue
                 raise _http_error(self.host, method, url, exc.code, body) from None
             except (urllib.error.URLError, OSError) as exc:
                 reason = getattr(exc, "reason", exc)
-                raise RegistryError(f"registry {self.host} is unreachable ({reason})",
+                if self._wait(waits, f"unreachable ({reason})"):
+                    continue
+                raise RegistryError(f"registry {self.host} is unreachable ({reason})"
+                                    + (f" after {len(BACKOFF)} retries" if self.retries else ""),
                                     hint="start it (scripts/setup-host.sh starts one on 127.0.0.1:5000) "
                                          "or set site.registry in stacks.yaml") from None
-        raise RegistryError(f"registry {self.host} refused the credentials for {scope or 'this request'}",
-                            hint="log in with `docker login` so that the credential store holds them")
+
+    def _wait(self, waits, why: str) -> bool:
+        """Sleep before the next try of a request that met a transient fault; False when none is left."""
+        if not self.retries:
+            return False
+        delay = next(waits, None)
+        if delay is None:
+            return False
+        self.on_retry(f"registry {self.host}: {why}; retrying in {delay:g} s")
+        time.sleep(delay)
+        return True
 
     def _authenticate(self, challenge: str, scope: str) -> bool:
         cred = docker_credentials(self.host)
@@ -163,7 +189,12 @@ class Registry:
     # -- API -----------------------------------------------------------------------------------
 
     def ping(self) -> None:
-        self._request("GET", "/v2/", ok=(200, 401))
+        """Is the registry there at all: asked once, without retries (a wrong address fails at once)."""
+        retries, self.retries = self.retries, False
+        try:
+            self._request("GET", "/v2/", ok=(200, 401))
+        finally:
+            self.retries = retries
 
     def manifest_digest(self, repo: str, reference: str) -> str | None:
         """The digest a tag (or digest) resolves to, or None when absent. One HEAD request."""
@@ -210,11 +241,19 @@ class Registry:
         if self.has_blob(repo, digest):
             return digest
         scope = f"repository:{repo}:pull,push"
-        start = self._request("POST", f"/v2/{repo}/blobs/uploads/", scope=scope, ok=(202,))
-        location = _absolute(self, start.headers["location"])
-        sep = "&" if "?" in location else "?"
-        self._request("PUT", f"{location}{sep}digest={digest}", data=data, scope=scope, ok=(201,),
-                      headers={"Content-Type": "application/octet-stream"})
+        for attempt in range(3):   # an upload session does not survive a registry restart: start a new one
+            start = self._request("POST", f"/v2/{repo}/blobs/uploads/", scope=scope, ok=(202,))
+            location = _absolute(self, start.headers["location"])
+            sep = "&" if "?" in location else "?"
+            try:
+                self._request("PUT", f"{location}{sep}digest={digest}", data=data, scope=scope, ok=(201,),
+                              headers={"Content-Type": "application/octet-stream"})
+                return digest
+            except RegistryError:
+                if attempt == 2 or self.has_blob(repo, digest):
+                    if self.has_blob(repo, digest):
+                        return digest
+                    raise
         return digest
 
     def mount_blob(self, repo: str, digest: str, from_repo: str) -> None:
@@ -233,6 +272,16 @@ class Registry:
     def tags(self, repo: str) -> list[str]:
         resp = self._request("GET", f"/v2/{repo}/tags/list", scope=f"repository:{repo}:pull", ok=(200, 404))
         return sorted(json.loads(resp.body).get("tags") or []) if resp.status == 200 else []
+
+
+# Seconds between tries: about 45 s in all, longer than a registry restart takes, short enough that a
+# registry that is really gone fails the job within a minute. IMGBUILD_REGISTRY_BACKOFF="0.1,0.2" for tests.
+BACKOFF = tuple(float(x) for x in os.environ.get("IMGBUILD_REGISTRY_BACKOFF", "0.5,1,2,4,8,12,16").split(",") if x)
+TRANSIENT = (429, 500, 502, 503, 504)
+
+
+def backoff():
+    return iter(BACKOFF)
 
 
 def _absolute(reg: Registry, location: str) -> str:
