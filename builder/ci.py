@@ -125,7 +125,10 @@ def pipeline(spec: Spec, plan: Plan, names: list[str], system: str, common: tupl
     for name in names:
         keys = plan.stacks[name]
         needs = tuple(node_job[k] for k in keys) + tuple(gpu_job[k] for k in keys if k in gpu_job)
-        out.add(Job(job_id(system, "release", name), "release", name, name, ("release", f"stack={name}") + common, needs))
+        # With GPU runners the release reads the GPU results from the registry too, not only the job order.
+        gpu_proof = ("--require-gpu-checks",) if any(k in gpu_job for k in keys) else ()
+        out.add(Job(job_id(system, "release", name), "release", name, name,
+                    ("release", f"stack={name}") + gpu_proof + common, needs))
     return out
 
 

@@ -225,14 +225,16 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
 @app.command()
 def release(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
             kinds: Optional[List[Path]] = KindsOpt,
-            date: Optional[str] = typer.Option(None, "--date", help="The {date} of release tags (default: today, UTC).")
+            date: Optional[str] = typer.Option(None, "--date", help="The {date} of release tags (default: today, UTC)."),
+            require_gpu: bool = typer.Option(False, "--require-gpu-checks", help="A GPU check recorded as skipped is "
+                                             "no proof: every GPU check must have run and passed (CI with GPU runners).")
             ) -> None:
     """Move the release tags of built stacks: only if every layer image of every selected stack is in
     the registry with passing recorded checks (read from the registry, not from a job's exit code)."""
     from builder.build.pipeline import release as run_release
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
-    moved = run_release(spec, names, say=lambda line: echo(line), date=date)
+    moved = run_release(spec, names, say=lambda line: echo(line), date=date, require_gpu=require_gpu)
     echo(f"ok: {len(moved)} stack(s) released")
 
 

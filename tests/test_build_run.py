@@ -588,3 +588,14 @@ def test_release_tags_never_move_backwards(world, tmp_path, monkeypatch):
     report, _ = run(builder, old_spec)                        # a newer pipeline going back on purpose
     assert report.ok and set(report.tags["cpu-smoke"]) == set(TAGS)
     assert released(reg, old_spec) != newer
+
+
+def test_release_with_required_gpu_checks_refuses_skipped_ones(world, tmp_path):
+    """CI with GPU runners: the release job reads the GPU results from the registry, so a GPU check that
+    was only ever skipped (no GPU job ran) is not enough, whatever the job order says."""
+    reg, engine, builder = world
+    spec = spec_for(tmp_path, "gpu-proof")
+    report, plan = run(builder, spec)
+    assert report.ok
+    with pytest.raises(PublishError, match="not proven validated"):
+        promote(spec, reg, plan, ["cpu-smoke"], "2026.12.01", lambda line: None, gpu=True)

@@ -107,7 +107,9 @@ def test_the_pipeline_is_the_plan(cli, tmp_path, source, ci, system):
         job = jobs[ident(f"release-{name}")]
         chain = plan.stacks[name]
         assert sorted(needs(job)) == sorted([node_job[k] for k in chain] + [gpu_job[k] for k in chain if k in gpu_job])
-        assert script(job) == ["imgbuild", "release", f"stack={name}", "-f", str(file)]
+        # With GPU jobs, the release reads their results in the registry too (--require-gpu-checks).
+        gpu_proof = ["--require-gpu-checks"] if any(k in gpu_job for k in chain) else []
+        assert script(job) == ["imgbuild", "release", f"stack={name}", *gpu_proof, "-f", str(file)]
     if not ci:
         assert "GPU checks but site.ci" in err and not any(j.startswith("gpu-") for j in jobs)
     assert "&id" not in text and "*id" not in text           # no YAML aliases: each job whole

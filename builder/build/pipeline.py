@@ -425,7 +425,7 @@ def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, da
     return report
 
 
-def release(spec: Spec, stacks: list[str], say: Say, date: str | None = None) -> dict:
+def release(spec: Spec, stacks: list[str], say: Say, date: str | None = None, require_gpu: bool = False) -> dict:
     """Move the release tags of already built stacks (CI's release step): no engine, nothing built.
     The proof is read from the registry by promote, never taken from a job's exit code."""
     gate(spec, stacks, say)
@@ -433,7 +433,7 @@ def release(spec: Spec, stacks: list[str], say: Say, date: str | None = None) ->
     registry.ping()
     registry.retries = True
     plan = make_plan(spec, stacks, resolve(spec, stacks).require())
-    return promote(spec, registry, plan, stacks, date, say, serial=release_serial(spec))
+    return promote(spec, registry, plan, stacks, date, say, serial=release_serial(spec), gpu=require_gpu)
 
 
 class BuildFailed(ImgbuildError):

@@ -83,7 +83,8 @@ def _record_release(reg: Registry, repo: str, tag: str, digest: str, serial: int
 
 
 def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str | None,
-            say: Callable[[str], None], expected: dict | None = None, serial: int | None = None) -> dict:
+            say: Callable[[str], None], expected: dict | None = None, serial: int | None = None,
+            gpu: bool = False) -> dict:
     """Move the release tags of `stacks`, or none of them.
 
     Whatever the caller believes, every node of every stack is read back from the registry first: its
@@ -106,7 +107,7 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
                                 f"but this run validated {str(expected.get(node.key))[:19]}")
                 continue
             recorded = fetch_manifest(reg, repo, digest)
-            why = verdict(recorded, node, digest)
+            why = verdict(recorded, node, digest, gpu)   # gpu: a GPU check recorded as skipped is no proof
             if why:
                 problems.append(f"{name}: {node.name} ({node.short[:12]}): {why}")
             elif node.key == plan.top(name).key:
