@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from builder.errors import RegistryError
-from builder.build.lockfile import lock_digests
+from builder.build.lockfile import load_lock
 from builder.build.registry import Ref, Registry
 from builder.load.spec import Spec
 
@@ -37,6 +37,15 @@ class Resolved:
                                 hint="mirror it into the site registry, run `imgbuild lock`, or record its digest "
                                      f"under bases.{name}.digest")
         return self.digests
+
+
+def lock_digests(spec: Spec) -> dict:
+    """Base name -> digest recorded in the lock file, for bases whose image reference is unchanged."""
+    locked = load_lock(spec.file)
+    if not locked:
+        return {}
+    return {name: rec.digest for name, rec in locked.bases.items()
+            if name in spec.bases and rec.image == spec.bases[name].ref(spec.site)}
 
 
 def resolve(spec: Spec, stacks: Iterable[str] | None = None, *, lookup: str = "all", use_lock: bool = True,

@@ -12,7 +12,6 @@ from pathlib import Path
 import yaml
 
 from builder.errors import SpecError
-from builder.load.spec import Spec
 
 LOCK_VERSION = 1
 
@@ -53,13 +52,4 @@ def load_lock(spec_file: str | Path) -> Lock | None:
     return Lock(file=str(path), bases=bases)
 
 
-def lock_digests(spec: Spec) -> dict:
-    """Base name -> digest recorded in the lock file, for bases whose image reference is unchanged."""
-    locked = load_lock(spec.file)
-    if not locked:
-        return {}
-    return {name: rec.digest for name, rec in locked.bases.items()
-            if name in spec.bases and rec.image == spec.bases[name].ref(spec.site)}
-
-
-__all__ = ["Lock", "LockedBase", "LOCK_VERSION", "load_lock", "lock_digests", "lock_path"]
+__all__ = ["Lock", "LockedBase", "LOCK_VERSION", "load_lock", "lock_path"]

@@ -61,15 +61,6 @@ def errors(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity == "error" and not f.waived]
 
 
-@cache
-def known_rules() -> frozenset:
-    """Every rule id a finding can carry (what a waiver may name): the ids the preflight and lint modules
-    and review write, and the catalog's DeepSpeed rules."""
-    from builder.rules import catalog, lint, preflight, review
-    text = "".join(inspect.getsource(m) for m in (lint, preflight, review))
-    return frozenset(re.findall(r"[\"'](IB\d{3})[\"']", text)) | {i.rule for i in catalog.ds_incompatibilities()}
-
-
 def ordered(findings: Iterable[Finding]) -> list[Finding]:
     """Errors first, then warnings, then unknowns; within each, by file, line and rule. Duplicates (the
     same finding reached through two stacks' shared layers) are printed once."""

@@ -6,11 +6,17 @@ build refuses exactly what `check` refuses.
 
 from __future__ import annotations
 
+import inspect
+import re
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import Callable
 
-from builder.errors import PreflightError
+from builder.errors import PreflightError, SpecError
 from builder.load.yamlsrc import dotted
+from builder.rules import catalog
+from builder.rules import lint as lint_module
+from builder.rules import preflight as preflight_module
 from builder.rules.findings import Finding, errors, ordered, strict as make_strict, summary
 from builder.rules.lint import lint_rendered, lint_spec
 from builder.build.lockfile import Lock, load_lock
@@ -37,10 +43,31 @@ class Review:
         return errors(self.findings)
 
 
+@cache
+def known_rules() -> frozenset:
+    """Every rule id a finding can carry (what a waiver may name): the ids the preflight and lint modules
+    and this one write, and the catalog's DeepSpeed rules."""
+    import sys
+    text = "".join(inspect.getsource(m) for m in (lint_module, preflight_module, sys.modules[__name__]))
+    return frozenset(re.findall(r"[\"'](IB\d{3})[\"']", text)) | {i.rule for i in catalog.ds_incompatibilities()}
+
+
+def check_waivers(spec: Spec, stacks: list[str]) -> None:
+    """A waiver names a rule a finding can carry, refused with file, line and key like any spec error."""
+    for name in stacks:
+        for w in spec.stack(name).waivers:
+            if w.rule not in known_rules():
+                key = w.key + ("rule",)
+                raise SpecError(f"{w.rule!r} is not a known rule id", file=spec.file,
+                                line=spec.doc.line(key) if spec.doc else None, key=dotted(key),
+                                hint="rules: " + ", ".join(sorted(known_rules())))
+
+
 def review(spec: Spec, stacks: list[str], strict: bool = False, require_locked: bool = False) -> Review:
     """strict: warnings are errors (waived ones excepted). require_locked: a base without a lock entry
     measured from the image stacks.yaml names now is an error (IB092), for a site CI that wants every
     fact measured rather than declared or from the catalog."""
+    check_waivers(spec, stacks)
     lock = load_lock(spec.file)
     # Rendered Dockerfiles do not depend on base digests (the parent is a build argument), so the plan
     # here needs no registry.
