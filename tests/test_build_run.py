@@ -599,3 +599,22 @@ def test_release_with_required_gpu_checks_refuses_skipped_ones(world, tmp_path):
     assert report.ok
     with pytest.raises(PublishError, match="not proven validated"):
         promote(spec, reg, plan, ["cpu-smoke"], "2026.12.01", lambda line: None, gpu=True)
+
+
+def test_a_failed_layer_holds_back_only_the_stacks_that_contain_it(world, tmp_path):
+    """Two stacks sharing cpu-torch: the second's own DeepSpeed layer fails; the first is released, the
+    second moves no tag, and the build still fails (exit code) naming what was not released."""
+    reg, engine, builder = world
+
+    def two_stacks(data):
+        data["layers"]["ds-bad"] = {"kind": "deepspeed", "params": {"version": "0.19.8", "ops": ["cpu_adam"],
+                                                                     "packages": ["six==1.17.0"]}}
+        data["stacks"]["cpu-bad"] = {"base": "debian-bookworm", "layers": ["cpu-torch-2.13", "ds-bad"],
+                                     "tags": ["{stack}"]}
+    spec = spec_for(tmp_path, "partial", two_stacks)
+    plan = make_plan(spec, ["cpu-smoke", "cpu-bad"], BASE)
+    engine.failing.add(("ds-bad", "deepspeed.import"))
+    report = builder(spec).run(plan, ["cpu-smoke", "cpu-bad"], date="2026.12.01")
+    assert not report.ok and "no tag of cpu-bad was moved (released: cpu-smoke)" in report.error
+    assert set(report.tags) == {"cpu-smoke"} and None not in released(reg, spec).values()
+    assert reg.manifest_digest(release_repo(spec.site.namespace, "cpu-bad"), "cpu-bad") is None

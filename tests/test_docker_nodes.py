@@ -89,3 +89,25 @@ def test_two_builders_racing_end_in_one_consistent_state(work, first):
         assert digest and verdict(fetch_manifest(reg, repo, digest), node, digest) is None, node.name
     top = plan.top("cpu-smoke")
     assert release("cpu-smoke-race") == reg.manifest_digest(f"{spec.site.namespace}/layers/{top.name}", top.short)
+
+
+def test_an_older_release_finishing_last_moves_no_tag(work, first):
+    """Release tags never move backwards: the newer pipeline (serial 9) releases first, the older one
+    (serial 8) finishes last and leaves the tag; a later pipeline (10) may move it back on purpose."""
+    import subprocess
+    import sys
+    from e2e import env_for
+
+    def run(serial: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "builder.cli", *args], cwd=work, capture_output=True, text=True,
+                              env={**env_for(work), "IMGBUILD_SERIAL": serial}, timeout=1800)
+    newer = str(stacks_file(work, "serial-new", _runtime("3", "{stack}-serial")))
+    older = str(stacks_file(work, "serial-old", lambda d: d["stacks"]["cpu-smoke"].__setitem__("tags", ["{stack}-serial"])))
+    proc = run("9", "build", "stack=cpu-smoke", "-f", newer)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    new_digest = release("cpu-smoke-serial")
+    proc = run("8", "release", "stack=cpu-smoke", "-f", older)
+    assert proc.returncode == 0 and "kept at" in proc.stdout, proc.stdout + proc.stderr
+    assert release("cpu-smoke-serial") == new_digest
+    proc = run("10", "release", "stack=cpu-smoke", "-f", older)
+    assert proc.returncode == 0 and release("cpu-smoke-serial") not in (None, new_digest), proc.stdout + proc.stderr

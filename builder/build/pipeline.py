@@ -248,14 +248,20 @@ class Builder:
                 else:
                     failed.add(key)
                 report.write()
+        # A stack is released when every one of its layer images passed; one that holds a failed layer
+        # moves no tag, and does not hold back the others.
+        good = [name for name in stacks if not failed & set(plan.stacks[name])] if only is None else []
+        if good:
+            # promote reads every node's recorded results again: it trusts the registry, not this loop.
+            report.tags = promote(self.spec, self.registry, plan, good, date, self.say, expected=digests,
+                                  serial=release_serial(self.spec))
         if failed:
-            report.error = f"{len(failed)} layer image(s) failed or were blocked; no release tag was moved"
+            bad = [name for name in stacks if failed & set(plan.stacks[name])]
+            report.error = (f"{len(failed)} layer image(s) failed or were blocked; no tag of "
+                            f"{', '.join(bad) or 'the node job'} was moved"
+                            + (f" (released: {', '.join(good)})" if good else ""))
             report.write()
             return report
-        if only is None:
-            # promote reads every node's recorded results again: it trusts the registry, not this loop.
-            report.tags = promote(self.spec, self.registry, plan, stacks, date, self.say, expected=digests,
-                                  serial=release_serial(self.spec))
         report.ok = True
         report.write()
         return report
