@@ -275,7 +275,10 @@ def test_install_methods_and_options(write):
         install="cmake", arch_env=["CMAKE_CUDA_ARCHITECTURES"], configure=["-DBUILD_TESTS=OFF", "-DX:BOOL=ON"],
         prefix="/opt/gg")), "gg")
     assert ("cmake -S . -B /tmp/imgbuild-build -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/opt/gg "
-            '-DCMAKE_CUDA_ARCHITECTURES="$CMAKE_CUDA_ARCHITECTURES" -DBUILD_TESTS=OFF -DX:BOOL=ON') in cmake
+            "-DCMAKE_CUDA_ARCHITECTURES='80-real;90-real' -DBUILD_TESTS=OFF -DX:BOOL=ON") in cmake
+    # Whatever arch_env says: CMake reads no CMAKE_CUDA_ARCHITECTURES variable, and would build its default.
+    bare = dockerfile(stack_with(write, gg=_cuda_source(install="cmake", ptx=True)), "gg")
+    assert "-DCMAKE_CUDA_ARCHITECTURES='80-real;90'" in bare
     make = dockerfile(stack_with(write, gg=_cuda_source(install="configure-make", configure=["--with-cuda=/usr/local/cuda"],
                                                         subdir="src/ucx")), "gg")
     assert "cd src/ucx" in make and "./configure --prefix=/usr/local --with-cuda=/usr/local/cuda" in make
