@@ -41,18 +41,11 @@ def _open_dir(path: Path, name: str | None = None, parent: int | None = None) ->
     """Open (creating if missing) a folder: path, or name inside the open folder parent; never a link."""
     where = path if name is None else path / name
     target = str(path) if name is None else name
-    try:
-        st = os.lstat(target, dir_fd=parent)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        raise _refuse(where, _why(exc)) from None
-    if st is not None and stat.S_ISLNK(st.st_mode):
-        raise _refuse(where, "is a symbolic link; refusing to write through it")
-    if st is not None and not stat.S_ISDIR(st.st_mode):
+    kind = _kind(parent, target, where)
+    if kind is not None and not stat.S_ISDIR(kind):
         raise _refuse(where, "is not a folder")
     try:
-        if st is None:
+        if kind is None:
             if parent is None:
                 os.makedirs(where, exist_ok=True)
             else:
@@ -64,15 +57,8 @@ def _open_dir(path: Path, name: str | None = None, parent: int | None = None) ->
 
 def write_file(folder_fd: int, folder: Path, name: str, text: str, mode: int = 0o644) -> Path:
     path = folder / name
-    try:
-        st = os.lstat(name, dir_fd=folder_fd)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        raise _refuse(path, _why(exc)) from None
-    if st is not None and stat.S_ISLNK(st.st_mode):
-        raise _refuse(path, "is a symbolic link; refusing to write through it")
-    if st is not None and not stat.S_ISREG(st.st_mode):
+    kind = _kind(folder_fd, name, path)
+    if kind is not None and not stat.S_ISREG(kind):
         raise _refuse(path, "is not a regular file")
     tmp = f".{name}.{os.getpid()}.tmp"
     try:
@@ -92,8 +78,9 @@ def write_file(folder_fd: int, folder: Path, name: str, text: str, mode: int = 0
     return path
 
 
-def _kind(folder_fd: int, name: str, path: Path) -> int | None:
-    """The st_mode of name in the open folder (None when missing); a link is refused."""
+def _kind(folder_fd: int | None, name: str, path: Path) -> int | None:
+    """The st_mode of name in the open folder (or of a path, folder_fd None); None when missing; a link
+    is refused."""
     try:
         st = os.lstat(name, dir_fd=folder_fd)
     except FileNotFoundError:
