@@ -534,7 +534,8 @@ def test_the_key_tag_moves_only_after_the_proof_is_stored(world, tmp_path):
     repo = layer_repo(spec.site.namespace, top.name)
     puts = [ref for r, ref in reg.puts if r == repo]
     digest = reg.manifest_digest(repo, top.short)
-    assert puts.index(f"{top.short}.pending") < puts.index(artifact_tag(digest)) < puts.index(top.short)
+    staged = [i for i, ref in enumerate(puts) if ref.startswith(f"{top.short}.pending-")]
+    assert len(staged) == 1 and staged[0] < puts.index(artifact_tag(digest)) < puts.index(top.short), puts
 
 
 def test_a_racing_builder_adopts_the_image_that_holds_the_key_first(world, tmp_path):
@@ -569,6 +570,39 @@ def test_a_racing_builder_adopts_the_image_that_holds_the_key_first(world, tmp_p
     assert set(released(reg, spec).values()) == {reg.manifest_digest(layer_repo(spec.site.namespace, plan.top("cpu-smoke").name),
                                                                       plan.top("cpu-smoke").short)}
     assert raced and any("another builder stored this key first" in line for line in said), said
+
+
+def test_a_builder_racing_through_another_ones_push_stages_under_its_own_tag(world, tmp_path):
+    """Two builders of one key on one engine: the other one tags, pushes and removes its staged image
+    while this one is pushing. With one shared KEY.pending name the other's `docker rmi` took this
+    one's image from under its push (CI: exit 7 in test_two_builders_racing...), and this one read
+    the other's digest back as its own. Each run stages under its own tag and records its own image."""
+    reg, engine, builder = world
+    spec = spec_for(tmp_path, "race-push")
+    plan = make_plan(spec, ["cpu-smoke"], BASE)
+    first = builder(spec)
+    labels = first.labels
+    first.labels = lambda *a: {**labels(*a), "run": "first"}
+    real_push = engine.push
+    raced = {}
+
+    def push(ref, on_retry=None):
+        if ".pending" in ref and not raced:
+            raced["ref"] = ref
+            assert builder(spec).run(make_plan(spec, ["cpu-smoke"], BASE), ["cpu-smoke"], date="2026.12.01").ok
+        return real_push(ref, on_retry)
+    engine.push = push
+    engine.images.clear()
+    report = first.run(plan, ["cpu-smoke"], date="2026.12.01")
+    assert raced and report.ok, report.error
+    node = next(n for n in plan.chain("cpu-smoke") if n.key in report.nodes and report.nodes[n.key].action == "build")
+    repo = layer_repo(spec.site.namespace, node.name)
+    staged = [ref for r, ref in reg.puts if r == repo and ".pending" in ref]
+    assert len(staged) == len(set(staged)) == 2, staged
+    # Each run's proof is stored beside the image that run checked.
+    for tag in staged:
+        digest = reg.manifest_digest(repo, tag)
+        assert verdict(fetch_manifest(reg, repo, digest), node, digest) is None
 
 
 def test_release_tags_never_move_backwards(world, tmp_path, monkeypatch):

@@ -78,7 +78,7 @@ def test_two_builders_racing_end_in_one_consistent_state(work, first):
                               cwd=work, env=env_for(work), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]
     outs = [p.communicate(timeout=1800)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    assert [p.returncode for p in procs] == [0, 0], "\n-----\n".join(o[-6000:] for o in outs)
     spec = load_spec(f)
     reg = Registry(REGISTRY)
     digests = {spec.stack("cpu-smoke").base.name: reg.manifest_digest("mirror/debian", "bookworm")}

@@ -2,7 +2,7 @@
 
     NAMESPACE/layers/LAYER:KEY                   a layer image, tagged by its content key
     NAMESPACE/layers/LAYER:sha256-HEX.imgbuild   the measured manifest of that image (an OCI artifact)
-    NAMESPACE/layers/LAYER:KEY.pending           an image staged before its key tag names it
+    NAMESPACE/layers/LAYER:KEY.pending-ID        an image staged by one run before its key tag names it
     NAMESPACE/STACK:TAG                          a stack's release tags (copies of its top layer image)
     NAMESPACE/STACK:imgbuild-release-HASH        which release (serial) last moved TAG (an OCI artifact)
 """
@@ -14,6 +14,11 @@ LAYERS = "layers"
 
 def layer_repo(namespace: str, layer: str) -> str:
     return f"{namespace}/{LAYERS}/{layer}"
+
+
+def pending_tag(key: str, stage_id: str) -> str:
+    """Where one run stages a node's image before its key tag names it (see Builder.publish_node)."""
+    return f"{key}.pending-{stage_id}"
 
 
 def release_repo(namespace: str, stack: str) -> str:

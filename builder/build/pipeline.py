@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -25,7 +26,7 @@ from builder.build.engine import BuildRequest, Engine, stop_builds
 from builder.errors import ImgbuildError, RegistryError, SourceError, SpecError, ValidationFailed
 from builder.build.hostconf import HostConf
 from builder.build.manifest import build_manifest, fetch_manifest, push_manifest, verdict
-from builder.build.layout import layer_repo
+from builder.build.layout import layer_repo, pending_tag
 from builder.build.plan import KEY_LEN, Node, Plan, file_refs, image_ref, make_plan, sha256
 from builder.rules.review import gate
 from builder.build.publish import promote, release_serial
@@ -113,11 +114,6 @@ def assemble_context(node: Node, hostconf: HostConf, dest: Path) -> Path:
     return dest
 
 
-def pending_tag(short: str) -> str:
-    """Where a node's image is staged before its key tag names it (see Builder.publish_node)."""
-    return f"{short}.pending"
-
-
 def node_spec_hash(plan: Plan, node: Node) -> str:
     """Hash of the definitions of this node and every node beneath it: the same in every stack that
     shares the prefix, so the label never ties a shared image to one stack."""
@@ -179,6 +175,8 @@ class Builder:
         self.spec, self.engine, self.registry, self.hostconf, self.say = spec, engine, registry, hostconf, say
         self.gpu = engine.has_gpu() if gpu is None else gpu
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+        # Names this run's staged images: CI jobs in containers on many hosts share pids and seconds.
+        self.stage_id = secrets.token_hex(4)
         self.run_dir = state_dir() / "runs" / self.run_id
         self.run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -349,17 +347,19 @@ class Builder:
     def publish_node(self, node: Node, local: str, facts: dict, results, labels: dict, prefix: str) -> str:
         """Push a validated image so that its key is absent or complete, never half, and one image holds
         it however many builders race (first writer wins):
-          1. push under the staging tag KEY.pending (the key tag does not move);
+          1. push under this run's staging tag KEY.pending-ID (the key tag does not move). Its own, not
+             one shared by racing builders: on one engine they would tag and remove the same local name
+             under each other's push, and across hosts one would read the other's digest as its own;
           2. store the measured manifest beside that digest;
           3. if the key tag already names an image with passing proof (another builder finished first),
              adopt that one; else point the key tag at ours (a manifest PUT of the same bytes).
         A job killed before 3 leaves the key absent; after 3 the key has its image and its proof."""
         repo = self.repo(node)
-        staging = f"{self.spec.site.registry}/{repo}:{pending_tag(node.short)}"
+        staging = f"{self.spec.site.registry}/{repo}:{pending_tag(node.short, self.stage_id)}"
         self.engine.tag(local, staging)
         self.engine.push(staging, on_retry=self.say)
         self.engine.remove(staging)
-        digest = self.registry.manifest_digest(repo, pending_tag(node.short))
+        digest = self.registry.manifest_digest(repo, pending_tag(node.short, self.stage_id))
         if not digest:
             raise RegistryError(f"{staging} was pushed but the registry does not show it")
         self.record(node, facts, results, digest, labels)
