@@ -52,11 +52,39 @@ def env_for(work: Path) -> dict:
                 IMGBUILD_NETRC=str(work / "netrc"), IMGBUILD_PIP_INDEX_URL=INDEX_URL, PYTHONUNBUFFERED="1")
 
 
-def imgbuild(work: Path, *args: str, timeout: float = 3000) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "builder.cli", *args], cwd=work, env=env_for(work),
+def imgbuild(work: Path, *args: str, timeout: float = 3000, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the CLI; env: variables added to env_for(work) (another engine's DOCKER_HOST, a serial)."""
+    proc = subprocess.run([sys.executable, "-m", "builder.cli", *args], cwd=work, env={**env_for(work), **(env or {})},
                           capture_output=True, text=True, timeout=timeout)
     (work / "outputs.log").open("a").write(proc.stdout + proc.stderr)
     return proc
+
+
+def at_once(work: Path, runs: list[tuple[dict, list[str]]], timeout: float = 1800) -> list[tuple[int, str]]:
+    """Start every (env, argv) run of the CLI together and wait for all: [(exit code, output)]."""
+    procs = [subprocess.Popen([sys.executable, "-m", "builder.cli", *argv], cwd=work, env={**env_for(work), **env},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for env, argv in runs]
+    outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    (work / "outputs.log").open("a").write("".join(outs))
+    return [(p.returncode, o) for p, o in zip(procs, outs)]
+
+
+def assert_one_consistent_state(stacks: str, stack: str, tag: str) -> None:
+    """Every key of the stack names one image with its passing proof, and the release tag names the
+    top key's image: what racing builders (one engine or many) must leave, whoever won."""
+    from builder.build.manifest import fetch_manifest, verdict
+    from builder.build.plan import make_plan
+    from builder.load.spec import load_spec
+    spec = load_spec(stacks)
+    reg = Registry(REGISTRY)
+    digests = {spec.stack(stack).base.name: reg.manifest_digest("mirror/debian", "bookworm")}
+    plan = make_plan(spec, [stack], digests)
+    for node in plan.chain(stack):
+        repo = f"{spec.site.namespace}/layers/{node.name}"
+        digest = reg.manifest_digest(repo, node.short)
+        assert digest and verdict(fetch_manifest(reg, repo, digest), node, digest) is None, node.name
+    top = plan.top(stack)
+    assert release(tag, stack) == reg.manifest_digest(f"{spec.site.namespace}/layers/{top.name}", top.short)
 
 
 def release(tag: str, stack: str = "cpu-smoke") -> str | None:

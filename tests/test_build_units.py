@@ -91,6 +91,29 @@ def test_build_argv_passes_secrets_as_files_never_values(tmp_path, monkeypatch):
     assert buildx[:4] == ["docker", "buildx", "build", "--load"]
 
 
+def test_the_build_network_comes_from_the_host_and_a_bad_one_is_refused(tmp_path, monkeypatch):
+    """IMGBUILD_BUILD_NETWORK=host: a runner whose engine gives containers no NAT (the second engine of
+    scripts/second-engine.sh) builds with --network host; unset, argv has no --network; a typo is a
+    clear error naming the variable, not a docker failure an hour later."""
+    from builder.build.hostconf import HostConf
+    from builder.errors import SpecError
+    engine = Engine(cli="/usr/bin/docker", mode="builtin", runner=FakeRunner({}))
+
+    def argv():
+        req = BuildRequest(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tag="t:1", build_args={},
+                           labels={}, network=HostConf.from_env().network)
+        return engine.build_argv(req)
+    monkeypatch.delenv("IMGBUILD_BUILD_NETWORK", raising=False)
+    assert "--network" not in argv()
+    monkeypatch.setenv("IMGBUILD_BUILD_NETWORK", "host")
+    got = argv()
+    assert got[got.index("--network") + 1] == "host" and got[-1] == str(tmp_path)
+    monkeypatch.setenv("IMGBUILD_BUILD_NETWORK", "hots")
+    with pytest.raises(SpecError) as err:
+        argv()
+    assert "IMGBUILD_BUILD_NETWORK='hots'" in err.value.message and "host" in err.value.hint
+
+
 def test_build_argv_passes_every_arch_list_spelling(tmp_path):
     """A layer that compiles CUDA gets the stack's arch list in every spelling the build tools read
     (TORCH_CUDA_ARCH_LIST for torch extensions, DeepSpeed and Apex, NVTE_CUDA_ARCHS for Transformer

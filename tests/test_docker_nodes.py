@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from e2e import imgbuild, release, reports, stacks_file
+from e2e import assert_one_consistent_state, at_once, imgbuild, release, reports, stacks_file
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
 
@@ -66,41 +66,17 @@ def test_jobs_build_two_stacks_at_once(work, first):
 def test_two_builders_racing_end_in_one_consistent_state(work, first):
     """Two `imgbuild build` of the same changed stack at once on one engine: both succeed, and each key
     names one image with its proof, which the release tag (moved by whichever finished last) names too."""
-    import subprocess
-    import sys
-    from builder.build.manifest import fetch_manifest, verdict
-    from builder.build.plan import make_plan
-    from builder.build.registry import Registry
-    from builder.load.spec import load_spec
-    from e2e import REGISTRY, env_for
     f = str(stacks_file(work, "race", _runtime("7", "{stack}-race")))
-    procs = [subprocess.Popen([sys.executable, "-m", "builder.cli", "build", "stack=cpu-smoke", "-f", f],
-                              cwd=work, env=env_for(work), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for _ in range(2)]
-    outs = [p.communicate(timeout=1800)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], "\n-----\n".join(o[-6000:] for o in outs)
-    spec = load_spec(f)
-    reg = Registry(REGISTRY)
-    digests = {spec.stack("cpu-smoke").base.name: reg.manifest_digest("mirror/debian", "bookworm")}
-    plan = make_plan(spec, ["cpu-smoke"], digests)
-    for node in plan.chain("cpu-smoke"):
-        repo = f"{spec.site.namespace}/layers/{node.name}"
-        digest = reg.manifest_digest(repo, node.short)
-        assert digest and verdict(fetch_manifest(reg, repo, digest), node, digest) is None, node.name
-    top = plan.top("cpu-smoke")
-    assert release("cpu-smoke-race") == reg.manifest_digest(f"{spec.site.namespace}/layers/{top.name}", top.short)
+    runs = at_once(work, [({}, ["build", "stack=cpu-smoke", "-f", f])] * 2)
+    assert [rc for rc, _ in runs] == [0, 0], "\n-----\n".join(out[-6000:] for _, out in runs)
+    assert_one_consistent_state(f, "cpu-smoke", "cpu-smoke-race")
 
 
 def test_an_older_release_finishing_last_moves_no_tag(work, first):
     """Release tags never move backwards: the newer pipeline (serial 9) releases first, the older one
     (serial 8) finishes last and leaves the tag; a later pipeline (10) may move it back on purpose."""
-    import subprocess
-    import sys
-    from e2e import env_for
-
-    def run(serial: str, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "builder.cli", *args], cwd=work, capture_output=True, text=True,
-                              env={**env_for(work), "IMGBUILD_SERIAL": serial}, timeout=1800)
+    def run(serial: str, *args: str):
+        return imgbuild(work, *args, env={"IMGBUILD_SERIAL": serial})
     newer = str(stacks_file(work, "serial-new", _runtime("3", "{stack}-serial")))
     older = str(stacks_file(work, "serial-old", lambda d: d["stacks"]["cpu-smoke"].__setitem__("tags", ["{stack}-serial"])))
     proc = run("9", "build", "stack=cpu-smoke", "-f", newer)

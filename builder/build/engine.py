@@ -51,6 +51,7 @@ class BuildRequest:
     labels: dict
     secrets: dict = field(default_factory=dict)   # id -> host file path (never the value)
     cache_from: Sequence[str] = ()
+    network: str | None = None    # docker build --network (HostConf.network)
 
 
 @dataclass
@@ -126,6 +127,8 @@ class Engine:
             argv += ["--secret", f"id={sid},src={src}"]
         for ref in req.cache_from:
             argv += ["--cache-from", ref]
+        if req.network:
+            argv += ["--network", req.network]
         # Inline cache metadata lets another machine reuse these layers with --cache-from.
         argv += ["--build-arg", "BUILDKIT_INLINE_CACHE=1", str(req.context)]
         return argv

@@ -1,5 +1,5 @@
 """What the build host offers builds: the CA bundle of a TLS-intercepting proxy, a private index URL,
-a netrc, a local wheelhouse. Secrets are only ever handed to BuildKit as files (--secret id=,src=),
+a netrc, a local wheelhouse, the network RUN steps get. Secrets are only ever handed to BuildKit as files (--secret id=,src=),
 never as build args, labels or log lines."""
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from builder.errors import SpecError
+
+NETWORKS = ("default", "host", "none")
 PIP_CONFIGS = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf", "~/.config/pip/pip.conf", "~/.pip/pip.conf")
 
 
@@ -39,6 +42,9 @@ class HostConf:
     wheelhouse: Path | None
     netrc: Path | None
     pip_index_url: str | None   # a secret: may hold a token
+    # `docker build --network`: "host" where the engine's containers have no NAT (a second engine on
+    # its own bridge, runners behind a host-only proxy). Host, not content: no key depends on it.
+    network: str | None = None
 
     @classmethod
     def from_env(cls) -> "HostConf":
@@ -47,10 +53,14 @@ class HostConf:
         if wheels and wheels.startswith("file://"):
             wheels = wheels[len("file://"):]
         netrc = os.environ.get("IMGBUILD_NETRC")
+        network = os.environ.get("IMGBUILD_BUILD_NETWORK") or None
+        if network not in (None, *NETWORKS):
+            raise SpecError(f"IMGBUILD_BUILD_NETWORK={network!r}: not a build network",
+                            hint=f"use one of {', '.join(NETWORKS)} (docker build --network), or unset it")
         return cls(ca_bundle=Path(ca) if ca and Path(ca).is_file() else None,
                    wheelhouse=Path(wheels) if wheels and Path(wheels).is_dir() else None,
                    netrc=Path(netrc) if netrc and Path(netrc).is_file() else None,
-                   pip_index_url=os.environ.get("IMGBUILD_PIP_INDEX_URL") or None)
+                   pip_index_url=os.environ.get("IMGBUILD_PIP_INDEX_URL") or None, network=network)
 
     @contextmanager
     def secrets(self) -> Iterator[dict]:

@@ -328,7 +328,8 @@ class Builder:
         labels = self.labels(plan, node, parent_ref)
         log = self.run_dir / "logs" / f"{node.name}-{node.short[:12]}.log"
         req = BuildRequest(context=context, dockerfile=context / "Dockerfile", tag=local,
-                           build_args={"PARENT": parent_ref, **node.build_args}, labels=labels, secrets=secrets)
+                           build_args={"PARENT": parent_ref, **node.build_args}, labels=labels, secrets=secrets,
+                           network=self.hostconf.network)
         self.say(f"{prefix}: building (log {log})")
         started = time.time()
         try:
@@ -416,7 +417,8 @@ def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, da
     registry.retries = True   # from here a registry that restarts is waited for (registry.BACKOFF)
     plan = make_plan(spec, stacks, resolve(spec, stacks).require())
     builder = Builder(spec, engine, registry, HostConf.from_env(), say, gpu=gpu)
-    say(f"engine: {engine.cli} ({'buildx' if engine.mode == 'buildx' else 'built-in BuildKit'}); registry "
+    host = engine.env.get("DOCKER_HOST")   # which daemon, when it is not the default one
+    say(f"engine: {engine.cli}{f' at {host}' if host else ''} ({'buildx' if engine.mode == 'buildx' else 'built-in BuildKit'}); registry "
         f"{spec.site.registry}; GPU for checks: {'yes' if builder.gpu else 'no (GPU checks are skipped)'}")
     report = builder.run(plan, stacks, date, only=node, jobs=jobs)
     if not report.ok:
