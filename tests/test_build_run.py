@@ -478,7 +478,7 @@ def test_an_unknown_or_ambiguous_node_is_refused(world, tmp_path):
 
 def test_jobs_build_independent_nodes_at_once_and_parents_first(world, tmp_path):
     """Two stacks that share cpu-torch: with --jobs 2 the two DeepSpeed layers above it build at the same
-    time, and no node starts before its parent passed."""
+    time, and no node starts before its parent was built (on its local image or its registry one)."""
     import threading
     reg, engine, builder = world
 
@@ -499,14 +499,87 @@ def test_jobs_build_independent_nodes_at_once_and_parents_first(world, tmp_path)
             both.wait()            # would time out (BrokenBarrierError) if they ran one after the other
             at_once.append(name)
         parent = req.build_args["PARENT"]
-        assert name == "cpu-torch-2.13" or "cpu-torch-2.13@" in parent or "ds-0.19.8-cpu" in parent \
-            or "cpu-env@" in parent, (name, parent)
+        below = {"cpu-torch-2.13": "mirror", "cpu-env": "ds-0.19.8-cpu", "smoke-train": "cpu-env"}
+        assert layer_of(parent) == below.get(name, "cpu-torch-2.13") and (name == "cpu-torch-2.13"
+                                                                       or layer_of(parent) in engine.built), (name, parent)
         real_build(req, log, progress)
     engine.build = build
     report = builder(spec).run(plan, ["cpu-smoke", "cpu-smoke-b"], date="2026.12.01", jobs=2)
     assert report.ok, report.error
     assert sorted(at_once) == ["ds-0.19.8-cpu", "ds-0.19.8-cpu-b"]
     assert engine.built[0] == "cpu-torch-2.13" and len(engine.built) == len(plan.nodes)
+
+
+def _watch_builds(engine, monkeypatch):
+    """{layer: PARENT it was built on} and {layer: Event set once built}, recorded by the fake engine."""
+    import threading
+    parents, built = {}, {}
+    real_build = engine.build
+
+    def build(req, log, progress=lambda line: None):
+        name = req.labels["org.opencontainers.image.title"]
+        parents[name] = req.build_args["PARENT"]
+        real_build(req, log, progress)
+        built.setdefault(name, threading.Event()).set()
+    monkeypatch.setattr(engine, "build", build)
+    return parents, lambda name: built.setdefault(name, threading.Event())
+
+
+def test_a_child_builds_on_its_parents_local_image_while_the_parent_is_checked_and_pushed(world, tmp_path,
+                                                                                         monkeypatch):
+    """Pipelining (issue 12's 1.2x): with --jobs 1 the DeepSpeed layer is built while cpu-torch beneath
+    it is still being pushed. The push of cpu-torch waits until the child was built: were the child
+    built only after its parent was published, this would wait in vain."""
+    reg, engine, builder = world
+    spec = spec_for(tmp_path, "pipelined")
+    plan = make_plan(spec, ["cpu-smoke"], BASE)
+    parents, built = _watch_builds(engine, monkeypatch)
+    real_push = engine.push
+
+    def push(ref, on_retry=None):
+        if "/layers/cpu-torch-2.13:" in ref:
+            assert built("ds-0.19.8-cpu").wait(10), "the child was not built while its parent was pushed"
+        real_push(ref, on_retry)
+    monkeypatch.setattr(engine, "push", push)
+    report = builder(spec).run(plan, ["cpu-smoke"], date="2026.12.01", jobs=1)
+    assert report.ok, report.error
+    torch, ds = plan.chain("cpu-smoke")[:2]
+    assert parents["ds-0.19.8-cpu"].startswith(f"imgbuild.local/cpu-torch-2.13:{torch.short}-")
+    # What the registry holds names the parent by its key: the local name never leaves the machine.
+    ds_digest = reg.manifest_digest(layer_repo(spec.site.namespace, ds.name), ds.short)
+    manifest = reg.get_manifest(layer_repo(spec.site.namespace, ds.name), ds_digest)[0]
+    config = json.loads(reg.get_blob("", manifest["config"]["digest"]))
+    assert config["config"]["Labels"]["io.imgbuild.parent"] == \
+        f"{spec.site.registry}/{layer_repo(spec.site.namespace, torch.name)}:{torch.short}"
+    assert not [ref for ref in engine.images if ref.startswith("imgbuild.local/")], engine.images
+
+
+def test_a_child_built_early_is_not_published_when_its_parent_then_fails(world, tmp_path, monkeypatch):
+    """The parent's checks fail after the child was built on it: the child is blocked, nothing of it or
+    above it reaches the registry, and no tag moves. Run 3 times: the threads' order must not matter."""
+    reg, engine, builder = world
+    for attempt in range(3):
+        spec = spec_for(tmp_path, f"early-fail-{attempt}")
+        plan = make_plan(spec, ["cpu-smoke"], BASE)
+        parents, built = _watch_builds(engine, monkeypatch)
+        engine.failing.add(("cpu-torch-2.13", "cpu-torch.torch-import"))
+        judge = build_mod.run_checks
+
+        def run_checks(eng, image, checks, gpu):
+            if "cpu-torch-2.13" in image:
+                assert built("ds-0.19.8-cpu").wait(10)   # the child is built before its parent is judged
+            return judge(eng, image, checks, gpu)
+        monkeypatch.setattr(build_mod, "run_checks", run_checks)
+        report = builder(spec).run(plan, ["cpu-smoke"], date="2026.12.01", jobs=1)
+        monkeypatch.setattr(build_mod, "run_checks", judge)
+        status = {r.layer: (r.action, r.status) for r in report.nodes.values()}
+        assert status["cpu-torch-2.13"] == ("build", "failed")
+        assert status["ds-0.19.8-cpu"] == ("build", "blocked"), status
+        assert {status["cpu-env"][1], status["smoke-train"][1]} == {"blocked"}, status
+        assert parents["ds-0.19.8-cpu"].startswith("imgbuild.local/cpu-torch-2.13:")
+        assert not [p for p in reg.puts if p[0].startswith(f"{spec.site.namespace}/")], reg.puts
+        assert not report.ok and report.tags == {}
+        engine.failing.clear()
 
 
 def test_a_failed_node_blocks_its_children_and_not_the_others_with_jobs(world, tmp_path):
@@ -570,6 +643,17 @@ def test_a_racing_builder_adopts_the_image_that_holds_the_key_first(world, tmp_p
     assert set(released(reg, spec).values()) == {reg.manifest_digest(layer_repo(spec.site.namespace, plan.top("cpu-smoke").name),
                                                                       plan.top("cpu-smoke").short)}
     assert raced and any("another builder stored this key first" in line for line in said), said
+    # Every key's image was built on the image its parent's key names (by that key or its digest).
+    for node in plan.chain("cpu-smoke")[1:]:
+        up = plan.nodes[node.parent]
+        up_repo = f"{spec.site.registry}/{layer_repo(spec.site.namespace, up.name)}"
+        up_digest = reg.manifest_digest(layer_repo(spec.site.namespace, up.name), up.short)
+        repo = layer_repo(spec.site.namespace, node.name)
+        manifest = reg.get_manifest(repo, reg.manifest_digest(repo, node.short))[0]
+        label = json.loads(reg.get_blob("", manifest["config"]["digest"]))["config"]["Labels"]["io.imgbuild.parent"]
+        assert label in (f"{up_repo}:{up.short}", f"{up_repo}@{up_digest}"), (node.name, label)
+    # The child built early on this builder's own cpu-torch was built again on the adopted one.
+    assert any("names another builder's image; building again" in line for line in said), said
 
 
 def test_a_builder_racing_through_another_ones_push_stages_under_its_own_tag(world, tmp_path):

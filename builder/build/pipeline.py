@@ -3,7 +3,9 @@ image from the inside, push it under its content key, and move release tags only
 
 Order of trust: an image reaches the registry under its content key only after its checks passed,
 so a key found there is a validated image; a release tag moves only after every node of every
-selected stack is such an image. Any failure stops before the first tag moves.
+selected stack is such an image. Any failure stops before the first tag moves. A layer may be
+built on its parent's local image while the parent is still checked and pushed (builder.build.schedule),
+but it reaches the registry only after its parent did.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import os
 import secrets
 import shutil
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -22,7 +23,7 @@ from typing import Callable
 from builder import __version__
 from builder.build.bases import resolve
 from builder.build.checks import CheckResult, run_checks
-from builder.build.engine import BuildRequest, Engine, stop_builds
+from builder.build.engine import BuildRequest, Engine
 from builder.errors import ImgbuildError, RegistryError, SourceError, SpecError, ValidationFailed
 from builder.build.hostconf import HostConf
 from builder.build.manifest import build_manifest, fetch_manifest, push_manifest, verdict
@@ -32,6 +33,7 @@ from builder.rules.review import gate
 from builder.build.publish import promote, release_serial
 from builder.build.registry import Registry
 from builder.build.render import input_path
+from builder.build.schedule import Handoff, schedule
 from builder.build.sources import export
 from builder.load.params import FileRef
 from builder.load.spec import Spec
@@ -131,44 +133,6 @@ def node_root(plan: Plan, node: Node) -> Node:
     return node
 
 
-def schedule(keys: list[str], parent_of: Callable[[str], str | None], work: Callable[[str], "NodeResult"],
-             blocked: Callable[[str], "NodeResult"], jobs: int = 1):
-    """Run work(key) for every key once its parent's work passed, at most `jobs` at a time, and yield
-    (key, result) as each finishes. A key whose parent did not pass is yielded as blocked(key), unrun.
-    Keys come parents first (the plan's order); with jobs=1 they run in that order. On an interrupt
-    the running builds are stopped (engine.stop_builds) before the exception goes on."""
-    jobs, inside, status, pending = max(1, jobs), set(keys), {}, list(keys)
-    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="imgbuild-node") as pool:
-        running: dict = {}
-        try:
-            while pending or running:
-                for key in list(pending):
-                    parent = parent_of(key)
-                    ready = "passed" if parent is None or parent not in inside else status.get(parent)
-                    if ready is None:
-                        continue                      # its parent is still to come
-                    if ready != "passed":
-                        pending.remove(key)
-                        status[key] = "blocked"
-                        yield key, blocked(key)
-                    elif len(running) < jobs:
-                        pending.remove(key)
-                        running[pool.submit(work, key)] = key
-                if not running:
-                    continue                          # only blocked keys were left: the loop ends
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    key = running.pop(future)
-                    res = future.result()
-                    status[key] = res.status
-                    yield key, res
-        except BaseException:
-            stop_builds()
-            for future in running:
-                future.cancel()
-            raise
-
-
 class Builder:
     def __init__(self, spec: Spec, engine: Engine, registry: Registry, hostconf: HostConf, say: Say,
                  gpu: bool | None = None):
@@ -177,6 +141,7 @@ class Builder:
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
         # Names this run's staged images: CI jobs in containers on many hosts share pids and seconds.
         self.stage_id = secrets.token_hex(4)
+        self.locals: list[str] = []      # local images this run built and checked (removed when it ends)
         self.run_dir = state_dir() / "runs" / self.run_id
         self.run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -228,10 +193,11 @@ class Builder:
                  f"{counts['build']} build" + (f", {jobs} at a time" if jobs > 1 else "")
                  + f"  (run {self.run_id}, logs in {self.run_dir})")
         failed: set[str] = set()
+        handoffs = {key: Handoff() for key in keys}
         with self.hostconf.secrets() as secrets:
-            def one(key: str) -> NodeResult:
+            def one(key: str, built: Callable[[], None]) -> NodeResult:
                 prefix = f"[{order[key]}/{len(keys)}] {plan.nodes[key].name} {key[:12]}"
-                return self.do_node(plan, plan.nodes[key], actions[key], digests, secrets, prefix)
+                return self.do_node(plan, plan.nodes[key], actions[key], digests, handoffs, secrets, prefix, built)
 
             def blocked(key: str) -> NodeResult:
                 self.say(f"[{order[key]}/{len(keys)}] {plan.nodes[key].name} {key[:12]}: not built, a layer "
@@ -239,13 +205,23 @@ class Builder:
                 return NodeResult(key=plan.nodes[key].short, layer=plan.nodes[key].name, action="blocked",
                                   status="blocked")
 
-            for key, res in schedule(keys, lambda k: plan.nodes[k].parent, one, blocked, jobs):
-                report.nodes[key] = res
-                if res.status == "passed":
-                    digests[key] = res.digest
-                else:
-                    failed.add(key)
-                report.write()
+            def abort() -> None:   # works waiting for a parent's outcome give up
+                for h in handoffs.values():
+                    h.done.set()
+
+            try:
+                for key, res in schedule(keys, lambda k: plan.nodes[k].parent, one, blocked, lambda r: r.status,
+                                         jobs, early=self.pipelined, abort=abort):
+                    report.nodes[key] = res
+                    if res.status == "passed":
+                        digests[key] = res.digest
+                    else:
+                        failed.add(key)
+                    report.write()
+            finally:
+                # Local images go at the end of the run: a child may still be building on one. Those
+                # that failed their checks stay, for debugging (their failure message names them).
+                self.engine.remove(*self.locals)
         # A stack is released when every one of its layer images passed; one that holds a failed layer
         # moves no tag, and does not hold back the others.
         good = [name for name in stacks if not failed & set(plan.stacks[name])] if only is None else []
@@ -287,8 +263,10 @@ class Builder:
                 hint=f"build it first: imgbuild build --node {parent.short}")
         digests[node.parent] = digest
 
-    def do_node(self, plan: Plan, node: Node, found: tuple, digests: dict, secrets: dict, prefix: str) -> NodeResult:
-        """Reuse, revalidate or build one node whose parent is done; never raises an ImgbuildError."""
+    def do_node(self, plan: Plan, node: Node, found: tuple, digests: dict, handoffs: dict, secrets: dict,
+                prefix: str, built: Callable[[], None]) -> NodeResult:
+        """Reuse, revalidate or build one node; never raises an ImgbuildError. Its parent has passed, or
+        (a build) has been built locally and is still being validated and pushed: see build_node."""
         action, digest, why = found
         res = NodeResult(key=node.short, layer=node.name, action=action)
         start = time.time()
@@ -307,45 +285,109 @@ class Builder:
                 if not all(r.ok for r in results):
                     raise ValidationFailed(self.failures(node, results))
             else:
-                parent_ref = (f"{self.spec.site.registry}/{self.repo(plan.nodes[node.parent])}@{digests[node.parent]}"
-                              if node.parent else node.base_ref)
-                digest, results, log = self.build_node(plan, node, parent_ref, secrets, prefix)
+                digest, results, log = self.build_node(plan, node, digests, handoffs, secrets, prefix, built)
                 res.log = str(log)
                 res.checks = [asdict(r) for r in results]
             res.status, res.digest = "passed", digest
+        except ParentFailed as exc:
+            res.status, res.error = "blocked", exc.message
+            self.say(f"{prefix}: {exc.message}")
         except ImgbuildError as exc:
             res.status, res.error = "failed", exc.message
             self.say(f"{prefix}: FAILED: {exc.message}" + (f"\n    log: {res.log}" if res.log else ""))
         finally:
             res.seconds = round(time.time() - start, 1)
+            handoffs[node.key].finish(res)
         return res
 
-    def build_node(self, plan: Plan, node: Node, parent_ref: str, secrets: dict, prefix: str):
+    def build_node(self, plan: Plan, node: Node, digests: dict, handoffs: dict, secrets: dict, prefix: str,
+                   built: Callable[[], None]):
+        """Build, validate and publish one node. When its parent was built by this run and is still being
+        validated and pushed, the build goes on the parent's local image meanwhile (see pipelined), and
+        publishing waits for the parent's outcome: a failed parent blocks it. If the parent's key ended
+        up naming another builder's image (first writer wins), this one was built on the wrong parent
+        and is built again on the registry's."""
+        mine, up = handoffs[node.key], handoffs.get(node.parent)
+        early = up is not None and up.local is not None and not up.done.is_set() and self.pipelined
+        if up is not None and not early:
+            self.parent_passed(plan, node, up)
+        if early:
+            parent = plan.nodes[node.parent]
+            local, labels = self.build_image(plan, node, up.local, secrets, prefix,
+                                             label=f"{self.spec.site.registry}/{self.repo(parent)}:{parent.short}")
+        else:
+            local, labels = self.build_image(plan, node, self.parent_ref(plan, node, digests, handoffs), secrets, prefix)
+        mine.local = local
+        built()
+        results, facts = self.checked(node, local, labels, prefix)
+        if early:
+            self.parent_passed(plan, node, up)
+            if not up.own:
+                self.say(f"{prefix}: the key beneath it names another builder's image; building again on that one")
+                mine.local = None   # the children built on the first image must build again too
+                local, labels = self.build_image(plan, node, self.parent_ref(plan, node, digests, handoffs), secrets,
+                                                 prefix, again=True)
+                results, facts = self.checked(node, local, labels, prefix)
+        digest, own = self.publish_node(node, local, facts, results, labels, prefix)
+        mine.own = own and mine.local is not None
+        return digest, results, self.log_path(node)
+
+    @staticmethod
+    def parent_passed(plan: Plan, node: Node, up: Handoff) -> None:
+        """Wait for the outcome of a parent built by this run; raise ParentFailed unless it passed."""
+        up.done.wait()
+        if up.result is None or up.result.status != "passed":
+            raise ParentFailed(f"not published: {plan.nodes[node.parent].name} beneath it did not pass")
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether a child may build on its parent's local image: the engine's built-in BuildKit reads
+        the engine's images; a buildx builder may run in a container that cannot see them."""
+        return self.engine.mode == "builtin"
+
+    def checked(self, node: Node, local: str, labels: dict, prefix: str):
+        """Validate a freshly built image; a failure keeps it locally and is raised."""
+        results, facts = self.validate(node, local, prefix)
+        if not all(r.ok for r in results):
+            self.record(node, facts, results, None, labels)
+            raise ValidationFailed(self.failures(node, results) + f" (image kept locally as {local})")
+        self.locals.append(local)
+        return results, facts
+
+    def parent_ref(self, plan: Plan, node: Node, digests: dict, handoffs: dict) -> str:
+        """The registry image a node builds on: its parent's published digest, or the stack's base."""
+        if not node.parent:
+            return node.base_ref
+        up = handoffs.get(node.parent)
+        digest = up.result.digest if up is not None and up.result is not None else digests[node.parent]
+        return f"{self.spec.site.registry}/{self.repo(plan.nodes[node.parent])}@{digest}"
+
+    def log_path(self, node: Node) -> Path:
+        return self.run_dir / "logs" / f"{node.name}-{node.short[:12]}.log"
+
+    def build_image(self, plan: Plan, node: Node, parent_ref: str, secrets: dict, prefix: str,
+                    label: str | None = None, again: bool = False) -> tuple[str, dict]:
+        """docker build of one node on parent_ref: (the local image, its labels). label: the parent as the
+        image's label names it, when parent_ref is a local image. The local name is unique to this run:
+        two builds of one key on one engine must not tag or remove each other's unvalidated image."""
         context = assemble_context(node, self.hostconf, self.run_dir / "context" / node.short)
-        # Unique per run: two builds of the same key on one engine (CI legs, a developer beside CI)
-        # must not tag or remove each other's unvalidated image.
-        local = f"imgbuild.local/{node.name}:{node.short}-{self.run_id}"
-        labels = self.labels(plan, node, parent_ref)
-        log = self.run_dir / "logs" / f"{node.name}-{node.short[:12]}.log"
+        local = f"imgbuild.local/{node.name}:{node.short}-{self.run_id}" + ("-again" if again else "")
+        labels = self.labels(plan, node, label or parent_ref)
+        log = self.log_path(node)
         req = BuildRequest(context=context, dockerfile=context / "Dockerfile", tag=local,
                            build_args={"PARENT": parent_ref, **node.build_args}, labels=labels, secrets=secrets,
                            network=self.hostconf.network)
-        self.say(f"{prefix}: building (log {log})")
+        self.say(f"{prefix}: building" + (f" on {parent_ref} (whose checks and push go on meanwhile)"
+                                          if label else "") + f" (log {log})")
         started = time.time()
         try:
             self.engine.build(req, log, progress=lambda line: self.say(f"    {line}"))
         finally:
             shutil.rmtree(context, ignore_errors=True)
         self.say(f"{prefix}: built in {time.time() - started:.0f} s; validating")
-        results, facts = self.validate(node, local, prefix)
-        if not all(r.ok for r in results):
-            self.record(node, facts, results, None, labels)
-            raise ValidationFailed(self.failures(node, results) + f" (image kept locally as {local})")
-        digest = self.publish_node(node, local, facts, results, labels, prefix)
-        self.engine.remove(local)
-        return digest, results, log
+        return local, labels
 
-    def publish_node(self, node: Node, local: str, facts: dict, results, labels: dict, prefix: str) -> str:
+    def publish_node(self, node: Node, local: str, facts: dict, results, labels: dict, prefix: str) -> tuple[str, bool]:
         """Push a validated image so that its key is absent or complete, never half, and one image holds
         it however many builders race (first writer wins):
           1. push under this run's staging tag KEY.pending-ID (the key tag does not move). Its own, not
@@ -354,7 +396,8 @@ class Builder:
           2. store the measured manifest beside that digest;
           3. if the key tag already names an image with passing proof (another builder finished first),
              adopt that one; else point the key tag at ours (a manifest PUT of the same bytes).
-        A job killed before 3 leaves the key absent; after 3 the key has its image and its proof."""
+        A job killed before 3 leaves the key absent; after 3 the key has its image and its proof.
+        Returns (the digest the key names, whether it is ours)."""
         repo = self.repo(node)
         staging = f"{self.spec.site.registry}/{repo}:{pending_tag(node.short, self.stage_id)}"
         self.engine.tag(local, staging)
@@ -368,13 +411,16 @@ class Builder:
         if current and current != digest and verdict(fetch_manifest(self.registry, repo, current), node, current,
                                                      self.gpu) is None:
             self.say(f"{prefix}: another builder stored this key first ({current[:19]}); using its image")
-            return current
+            return current, False
         found = self.registry.get_manifest(repo, digest)
         if not found:
             raise RegistryError(f"{repo}@{digest} vanished from the registry before its key was tagged")
         self.registry.put_manifest(repo, node.short, self.registry.manifest_bytes(repo, digest, found[1]), found[1])
+        # The engine keeps the image under its key, as `docker build -t` and push would: a later build on
+        # this runner (a pin change above it) starts from it instead of pulling gigabytes back.
+        self.engine.tag(local, image_ref(self.spec, node))
         self.say(f"{prefix}: pushed {image_ref(self.spec, node)} ({digest[:19]})")
-        return digest
+        return digest, True
 
     def validate(self, node: Node, image: str, prefix: str) -> tuple[list[CheckResult], dict]:
         results, facts = run_checks(self.engine, image, node.checks, self.gpu)
@@ -442,6 +488,10 @@ def release(spec: Spec, stacks: list[str], say: Say, date: str | None = None, re
     registry.retries = True
     plan = make_plan(spec, stacks, resolve(spec, stacks).require())
     return promote(spec, registry, plan, stacks, date, say, serial=release_serial(spec), gpu=require_gpu)
+
+
+class ParentFailed(ImgbuildError):
+    """A node built on its parent's local image while the parent was checked, and the parent failed."""
 
 
 class BuildFailed(ImgbuildError):
