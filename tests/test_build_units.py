@@ -3,6 +3,7 @@ judges, release tags, git pin verification, registry references."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -233,6 +234,21 @@ def test_git_pin_is_fetched_verified_and_exported(repo, tmp_path):
     assert (tmp_path / "out" / "train.py").read_text() == "print('hi')\n"
     assert not (tmp_path / "out" / ".git").exists()
     assert (tmp_path / "out" / MARKER).read_text().split()[0] == commit
+
+
+def test_many_exports_of_one_pin_at_once_share_the_cache(repo, tmp_path):
+    """`build --jobs N` exports one repository for several layers at once (found building two CUDA
+    stacks: the cache repository was created twice and one rename failed). Five rounds of eight."""
+    from concurrent.futures import ThreadPoolExecutor
+    url, commit, _ = repo
+    for round_ in range(5):
+        shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda i: export(GitPin(url, commit), tmp_path / f"out-{round_}-{i}"), range(8)))
+        for i in range(8):
+            assert (tmp_path / f"out-{round_}-{i}" / MARKER).read_text().split()[0] == commit
+        assert [p.name for p in (tmp_path / "cache" / "git").iterdir() if p.suffix == ".git"] != []
+        assert not [p for p in (tmp_path / "cache" / "git").iterdir() if p.is_dir() and p.suffix != ".git"]
 
 
 def test_a_tag_object_is_not_a_commit(repo):

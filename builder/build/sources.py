@@ -7,11 +7,13 @@ and the tree exported is that commit's, whatever the branch or tag names say tod
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import io
 import os
 import subprocess
 import tarfile
-import io
+import tempfile
 from pathlib import Path
 
 from builder.errors import SourceError
@@ -41,9 +43,17 @@ def _text(proc: subprocess.CompletedProcess) -> str:
 def fetch(pin: GitPin) -> Path:
     """Make sure the pinned commit is in the local bare cache; return the cache repository."""
     repo = cache_dir() / (hashlib.sha256(pin.repo.encode()).hexdigest()[:16] + ".git")
+    repo.parent.mkdir(parents=True, exist_ok=True)
+    # One fetch into a cache repository at a time: `build --jobs N` exports the same repository for
+    # several layers at once, and so do builders side by side (two once raced on creating it).
+    with open(repo.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _fetch_locked(repo, pin)
+
+
+def _fetch_locked(repo: Path, pin: GitPin) -> Path:
     if not repo.exists():
-        repo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = repo.with_suffix(".tmp")
+        tmp = Path(tempfile.mkdtemp(dir=repo.parent, prefix=repo.stem + "."))
         _git("init", "--quiet", "--bare", str(tmp))
         _git("remote", "add", "origin", pin.repo, cwd=tmp)
         tmp.rename(repo)
