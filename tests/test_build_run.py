@@ -574,6 +574,8 @@ def test_a_child_built_early_is_not_published_when_its_parent_then_fails(world, 
         monkeypatch.setattr(build_mod, "run_checks", judge)
         status = {r.layer: (r.action, r.status) for r in report.nodes.values()}
         assert status["cpu-torch-2.13"] == ("build", "failed")
+        torch_checks = next(r.checks for r in report.nodes.values() if r.layer == "cpu-torch-2.13")
+        assert [c["id"] for c in torch_checks if c["status"] == "failed"] == ["cpu-torch.torch-import"]
         assert status["ds-0.19.8-cpu"] == ("build", "blocked"), status
         assert {status["cpu-env"][1], status["smoke-train"][1]} == {"blocked"}, status
         assert parents["ds-0.19.8-cpu"].startswith("imgbuild.local/cpu-torch-2.13:")

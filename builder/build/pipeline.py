@@ -294,6 +294,8 @@ class Builder:
             self.say(f"{prefix}: {exc.message}")
         except ImgbuildError as exc:
             res.status, res.error = "failed", exc.message
+            if isinstance(exc, ChecksFailed):   # the report shows which checks failed, and why
+                res.checks = [asdict(r) for r in exc.results]
             self.say(f"{prefix}: FAILED: {exc.message}" + (f"\n    log: {res.log}" if res.log else ""))
         finally:
             res.seconds = round(time.time() - start, 1)
@@ -336,7 +338,9 @@ class Builder:
     def parent_passed(plan: Plan, node: Node, up: Handoff) -> None:
         """Wait for the outcome of a parent built by this run; raise ParentFailed unless it passed."""
         up.done.wait()
-        if up.result is None or up.result.status != "passed":
+        if up.result is None:
+            raise ParentFailed("not published: the run was stopped")
+        if up.result.status != "passed":
             raise ParentFailed(f"not published: {plan.nodes[node.parent].name} beneath it did not pass")
 
     @property
@@ -350,7 +354,7 @@ class Builder:
         results, facts = self.validate(node, local, prefix)
         if not all(r.ok for r in results):
             self.record(node, facts, results, None, labels)
-            raise ValidationFailed(self.failures(node, results) + f" (image kept locally as {local})")
+            raise ChecksFailed(self.failures(node, results) + f" (image kept locally as {local})", results)
         self.locals.append(local)
         return results, facts
 
@@ -488,6 +492,14 @@ def release(spec: Spec, stacks: list[str], say: Say, date: str | None = None, re
     registry.retries = True
     plan = make_plan(spec, stacks, resolve(spec, stacks).require())
     return promote(spec, registry, plan, stacks, date, say, serial=release_serial(spec), gpu=require_gpu)
+
+
+class ChecksFailed(ValidationFailed):
+    """A freshly built image failed its checks (they are kept for the run's report)."""
+
+    def __init__(self, message: str, results: list[CheckResult]):
+        super().__init__(message)
+        self.results = results
 
 
 class ParentFailed(ImgbuildError):
