@@ -135,10 +135,15 @@ def file_refs(value) -> list:
     return []
 
 
-def _resolve_args(check: CheckSpec, layer: LayerDef) -> CheckSpec:
+def _resolve_args(check: CheckSpec, layer: LayerDef, stack: Stack) -> CheckSpec:
     """Check arguments with the layer's values: "param:NAME" is the value itself, "{param:NAME}" inside a
-    string is replaced by the value's text (e.g. /opt/imgbuild/sources/{param:name})."""
+    string is replaced by the value's text (e.g. /opt/imgbuild/sources/{param:name}). "stack:arch_list"
+    is the arch list the layer is compiled for in this stack (None where it compiles no CUDA code)."""
     def resolve(value):
+        if value == "stack:arch_list":   # as the build got it: the layer's own gpus, +PTX where asked
+            if not stack.compiles_cuda(layer):
+                return None
+            return CudaTargets.of(stack, layer).spell("TORCH_CUDA_ARCH_LIST", ptx=dict(layer.params).get("ptx") is True)
         if isinstance(value, str) and value.startswith("param:"):
             given = layer.param(value[6:])
             # A removal's reason is for people: rewording it must not make the checks new (a revalidation).
@@ -207,7 +212,7 @@ def make_plan(spec: Spec, stacks: Iterable[str] | None = None, digests: dict | N
             parent_input = parent_key or f"base:{ref}"
             inputs, build_args = node_inputs(spec, stack, layer, parent_input, text)
             key = make_key(inputs)
-            checks = checks + tuple(_resolve_args(c, layer) for c in layer.kind.checks)
+            checks = checks + tuple(_resolve_args(c, layer, stack) for c in layer.kind.checks)
             if key not in plan.nodes:
                 plan.nodes[key] = Node(key=key, layer=layer, parent=parent_key,
                                        base_ref=None if parent_key else ref, dockerfile=text,

@@ -20,7 +20,10 @@ CUDA_MODES = ("never", "always", "if-base-cuda")
 # The in-image check types that builder.build.checks knows how to run. Kept here so a typo in a
 # kind.yaml fails at load time, not after an hour of building.
 CHECK_TYPES = ("import", "dist-version", "pip-check", "ds-report", "env", "python", "command",
-               "source-commit", "torch-unchanged", "requirements")
+               "source-commit", "torch-unchanged", "requirements", "arch-coverage")
+# Check argument values taken from the stack rather than the layer: "stack:arch_list" is the stack's
+# TORCH_CUDA_ARCH_LIST where the layer compiles CUDA code for it, else null.
+STACK_VALUES = ("arch_list",)
 KIND_KEYS = {"description", "role", "base_family", "needs", "provides", "compiles_cuda",
              "compiles_cuda_param", "params", "checks", "versions"}
 VERSION_FIELD = re.compile(r"^[a-z][a-z0-9_]*\Z")      # a {field} of tag templates and a fact name
@@ -177,6 +180,9 @@ def load_kind(folder: Path) -> Kind:
             raise doc.error(path + ("id",), "every check needs an id")
         args = _require(doc, path + ("args",), cdef.get("args", {}), dict, "a mapping")
         for key, value in args.items():
+            if isinstance(value, str) and value.startswith("stack:") and value[6:] not in STACK_VALUES:
+                raise doc.error(path + ("args", key), f"{value!r} names no value of the stack",
+                                hint="allowed: " + ", ".join("stack:" + v for v in STACK_VALUES))
             named = ([value[6:]] if value.startswith("param:") else re.findall(r"\{param:([^}]*)\}", value)) \
                 if isinstance(value, str) else []
             for pname in named:

@@ -67,8 +67,18 @@ def request(checks: tuple[CheckSpec, ...], gpu: bool) -> dict:
             req["commands"][spec.id] = a["command"]
         elif spec.check == "source-commit" and a.get("path"):
             req["files"].append(f"{a['path'].rstrip('/')}/{MARKER}")
+        elif spec.check == "arch-coverage" and a.get("archs") and _roots(a):
+            req.setdefault("cuda_code", []).extend(_roots(a))
     req["imports"] = sorted(set(req["imports"]))
+    if "cuda_code" in req:
+        req["cuda_code"] = sorted(set(req["cuda_code"]))
     return req
+
+
+def _roots(a: dict) -> list[str]:
+    """Where an arch-coverage check reads binaries: import names or folders (one, or a list)."""
+    given = a.get("packages")
+    return [given] if isinstance(given, str) else list(given or [])
 
 
 def _op_wanted(a: dict) -> bool:
@@ -218,10 +228,60 @@ def _torch_unchanged(a: dict, f: dict) -> tuple[str, str]:
     return "passed", f"torch {have} as recorded by the base layer"
 
 
+ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
+
+
+def wanted_code(arch_list: str) -> list[str]:
+    """The device code a TORCH_CUDA_ARCH_LIST asks the compilers for: '8.0;9.0a+PTX' -> sm_80, sm_90a,
+    compute_90a. Separators as torch reads them (';' or spaces)."""
+    out = []
+    for entry in re.split(r"[;\s]+", arch_list.strip()):
+        m = ARCH.match(entry)
+        if not m:
+            raise ValueError(f"{entry!r} is not an arch of TORCH_CUDA_ARCH_LIST (e.g. 9.0, 9.0a, 10.0f, 9.0+PTX)")
+        arch = f"{m.group(1)}{m.group(2)}{m.group(3)}"
+        out.append(f"sm_{arch}")
+        if m.group(4):
+            out.append(f"compute_{arch}")
+    return out
+
+
+def _arch_coverage(a: dict, f: dict) -> tuple[str, str]:
+    """Every extension binary holding CUDA code has code for every arch the stack declared: SASS for
+    each, PTX where '+PTX' asks for it (read from the binaries' fat binaries, not from the build's
+    word). Code for archs nobody declared is reported, not failed."""
+    if not a.get("archs"):
+        return "skipped", "this layer compiles no CUDA code for this stack"
+    if not _roots(a):
+        return "skipped", "the layer names no module whose binaries could be read (set its module)"
+    need = wanted_code(a["archs"])
+    roots = _roots(a)
+    code = {path: targets for root in roots for path, targets in ((f.get("cuda_code") or {}).get(root) or {}).items()}
+    where = ", ".join(roots)
+    if not code:
+        if a.get("require_code", True):
+            return "failed", f"no CUDA device code in any shared object of {where}, though the stack declares " \
+                             f"TORCH_CUDA_ARCH_LIST={a['archs']}"
+        return "passed", f"no CUDA device code in {where} (its compiled ops are CPU only)"
+    missing, extra = [], set()
+    for path, targets in sorted(code.items()):
+        lacks = [t for t in need if t not in targets]
+        if lacks:
+            missing.append(f"{path} lacks {', '.join(lacks)} (has {', '.join(targets)})")
+        extra.update(t for t in targets if t not in need)
+    found = f"{len(code)} binar{'y' if len(code) == 1 else 'ies'} with CUDA code in {where}"
+    note = f"; not declared: {', '.join(sorted(extra))}" if extra else ""
+    if missing:
+        return "failed", (f"the stack declares TORCH_CUDA_ARCH_LIST={a['archs']} ({', '.join(need)}), but "
+                          + "; ".join(missing[:8]) + (f"; and {len(missing) - 8} more" if len(missing) > 8 else "")
+                          + note)
+    return "passed", f"{found}, each with {', '.join(need)}{note}"
+
+
 JUDGES: dict[str, Callable] = {
     "import": _import, "dist-version": _dist_version, "pip-check": _pip_check, "ds-report": _ds_report,
     "env": _env, "source-commit": _source_commit, "torch-unchanged": _torch_unchanged,
-    "requirements": _requirements,
+    "requirements": _requirements, "arch-coverage": _arch_coverage,
 }
 SNIPPETS = {"python": _snippet("python"), "command": _snippet("command")}
 
@@ -259,4 +319,4 @@ def run_checks(engine: Engine, image: str, checks: tuple[CheckSpec, ...], gpu: b
     return judge(checks, facts, gpu), facts
 
 
-__all__ = ["CheckResult", "run_checks", "judge", "request", "parse_ds_report", "asdict"]
+__all__ = ["CheckResult", "run_checks", "judge", "request", "parse_ds_report", "wanted_code", "asdict"]

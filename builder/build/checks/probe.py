@@ -109,6 +109,112 @@ def pip_constraint():
     return "%s (%s)" % (pin, path)
 
 
+# CUDA fat binaries (the device code in an extension's .so): an ELF section .nv_fatbin holds containers
+# (magic 0xBA55ED50: u32 magic, u16 version, u16 header size, u64 size of its entries), each entry a
+# header (u16 kind: 1 PTX, 2 SASS cubin; u32 header size at 4; u64 payload size at 8; u32 arch at 28,
+# e.g. 90; u64 flags at 40) and its payload. The flags mark arch-specific code (0x100000, sm_90a) and
+# family-specific code (0x200000, sm_100f). Layout measured against cuobjdump --list-elf --list-ptx
+# of nvcc 13.2 output (tests/test_arch_coverage.py checks the two agree).
+FATBIN_MAGIC = 0xBA55ED50
+ARCH_SPECIFIC, FAMILY_SPECIFIC = 0x100000, 0x200000
+
+
+def _elf_section(f, name):
+    """(offset, size) of the named section of an ELF64 little-endian file, or None."""
+    import struct
+    f.seek(0)
+    ident = f.read(64)
+    if len(ident) < 64 or ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
+        return None
+    shoff = struct.unpack_from("<Q", ident, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
+    if not shoff or shentsize < 64 or shnum > 65535 or shstrndx >= shnum:
+        return None
+    f.seek(shoff)
+    table = f.read(shentsize * shnum)
+    if len(table) < shentsize * shnum:
+        return None
+    heads = [struct.unpack_from("<IIQQQQ", table, i * shentsize) for i in range(shnum)]
+    f.seek(heads[shstrndx][4])
+    names = f.read(min(heads[shstrndx][5], 1 << 20))
+    for h in heads:
+        end = names.find(b"\0", h[0])
+        if names[h[0]:end if end >= 0 else None] == name.encode():
+            return h[4], h[5]
+    return None
+
+
+def fatbin_targets(data):
+    """The device code in a .nv_fatbin section: sorted names such as sm_90, sm_90a, compute_90."""
+    import struct
+    found, pos = set(), 0
+    while pos + 16 <= len(data):
+        magic, _, hsize, size = struct.unpack_from("<IHHQ", data, pos)
+        if magic != FATBIN_MAGIC or hsize < 16:
+            pos += 8          # containers are 8-aligned; skip padding between them
+            continue
+        entry, end = pos + hsize, min(pos + hsize + size, len(data))
+        while entry + 48 <= end:
+            kind, _, ehsize, payload = struct.unpack_from("<HHIQ", data, entry)
+            arch = struct.unpack_from("<I", data, entry + 28)[0]
+            flags = struct.unpack_from("<Q", data, entry + 40)[0]
+            if ehsize < 48:
+                break
+            suffix = "a" if flags & ARCH_SPECIFIC else "f" if flags & FAMILY_SPECIFIC else ""
+            if kind in (1, 2):
+                found.add("%s_%d%s" % ("compute" if kind == 1 else "sm", arch, suffix))
+            entry += ehsize + payload
+        pos = end
+    return sorted(found)
+
+
+def _shared_objects(root):
+    """The .so files a root names: a folder's (walked), a package's folders', or an extension module's
+    own file (never the whole site-packages an extension module lies in). Found without importing."""
+    import importlib.util
+    if root.startswith("/"):
+        places = [root]
+    else:
+        try:
+            spec = importlib.util.find_spec(root)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            return
+        places = list(spec.submodule_search_locations or []) or ([spec.origin] if spec.origin else [])
+    for place in places:
+        if os.path.isfile(place):
+            yield place
+            continue
+        for dirpath, _, files in os.walk(place):
+            for name in sorted(files):
+                if name.endswith(".so") or ".so." in name:
+                    yield os.path.join(dirpath, name)
+
+
+def cuda_code(roots, limit=5000):
+    """{root: {file: [targets]}} for every shared object the roots (import names or folders) hold that
+    has CUDA device code; files without any are left out. At most `limit` files are read in all."""
+    out, seen = {}, 0
+    for root in roots:
+        found = out.setdefault(root, {})
+        for path in _shared_objects(root):
+            if seen >= limit:
+                break
+            seen += 1
+            try:
+                with open(path, "rb") as f:
+                    where = _elf_section(f, ".nv_fatbin")
+                    if where:
+                        f.seek(where[0])
+                        targets = fatbin_targets(f.read(where[1]))
+                        if targets:
+                            found[path] = targets
+            except OSError:
+                continue
+    return out
+
+
 def os_release():
     try:
         with open("/etc/os-release") as f:
@@ -148,6 +254,8 @@ def main():
         facts["snippets"][name] = sh([sys.executable, "-c", code], timeout=900)
     for name, command in sorted(req.get("commands", {}).items()):
         facts["commands"][name] = sh(command, timeout=900, shell=True)
+    if req.get("cuda_code"):
+        facts["cuda_code"] = cuda_code(req["cuda_code"])
     for path in req.get("files", []):
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
