@@ -15,6 +15,7 @@ RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
     --mount=type=secret,id=netrc,target=/root/.netrc \
     --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
+    rm -rf /root/.cache/pip/wheels; \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
     if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
     echo '6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b  /wheelhouse/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl' | sha256sum --check --strict - \

@@ -11,10 +11,14 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends -- libaio-dev \
  && rm -rf /var/lib/apt/lists/*
 # Ops compiled now rather than JIT-compiled on every node at first use.
+# On a build host without a GPU, DeepSpeed picks its CPU accelerator and silently builds no CUDA op
+# (ds_report: fused_adam "installed NO"); so the accelerator is named, for the build and the image.
+ENV DS_ACCELERATOR=cuda
 RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
     --mount=type=secret,id=netrc,target=/root/.netrc \
     --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
+    rm -rf /root/.cache/pip/wheels; \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
     if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
     export DS_BUILD_CPU_ADAM=1; \
