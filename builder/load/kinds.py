@@ -16,7 +16,7 @@ from builder.load.params import TYPES, ParamError, ParamSpec
 from builder.load.yamlsrc import Doc, dotted, load_file
 
 ROLES = ("base", "layer", "project", "runtime")
-CUDA_MODES = ("never", "always", "if-base-cuda")
+CUDA_MODES = ("never", "always", "if-cuda")   # if-cuda: when a CUDA toolkit is beneath the layer
 # The in-image check types that builder.build.checks knows how to run. Kept here so a typo in a
 # kind.yaml fails at load time, not after an hour of building.
 CHECK_TYPES = ("import", "dist-version", "pip-check", "ds-report", "env", "python", "command",

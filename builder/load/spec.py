@@ -140,9 +140,22 @@ class Stack:
 
     def compiles_cuda(self, layer: LayerDef) -> bool:
         kind = layer.kind
-        if kind.compiles_cuda == "never" or (kind.compiles_cuda == "if-base-cuda" and not self.base.has_cuda):
+        if kind.compiles_cuda == "never" or (kind.compiles_cuda == "if-cuda" and not self.cuda_beneath(layer)):
             return False
         return not kind.compiles_cuda_param or bool(layer.param(kind.compiles_cuda_param))
+
+    def cuda_beneath(self, layer: LayerDef) -> bool:
+        """Whether a CUDA toolkit is in the image a layer builds on: the base's, or one a layer beneath it
+        installs (cuda-toolkit-pip on a base without one). A base adapter's `provides` restates its
+        base's (ngc-pytorch says cuda): there the base's answer stands, a measured "none" included."""
+        if self.base.has_cuda:
+            return True
+        for below in self.chain:
+            if below.name == layer.name:
+                return False
+            if below.kind.role != "base" and "cuda" in below.kind.provides:
+                return True
+        return False
 
     @property
     def arch_list(self) -> str:
