@@ -69,6 +69,24 @@ def at_once(work: Path, runs: list[tuple[dict, list[str]]], timeout: float = 180
     return [(p.returncode, o) for p, o in zip(procs, outs)]
 
 
+def key_states(stacks: str, stack: str) -> dict:
+    """{layer: "complete" | "absent" | "half: WHY"} for every key of the stack in the registry: complete
+    is an image with its passing proof, absent is no key tag. A killed build may leave only those two."""
+    from builder.build.manifest import fetch_manifest, verdict
+    from builder.build.plan import make_plan
+    from builder.load.spec import load_spec
+    spec = load_spec(stacks)
+    reg = Registry(REGISTRY)
+    plan = make_plan(spec, [stack], {spec.stack(stack).base.name: reg.manifest_digest("mirror/debian", "bookworm")})
+    out = {}
+    for node in plan.chain(stack):
+        repo = f"{spec.site.namespace}/layers/{node.name}"
+        digest = reg.manifest_digest(repo, node.short)
+        why = verdict(fetch_manifest(reg, repo, digest), node, digest) if digest else None
+        out[node.name] = "absent" if not digest else "complete" if why is None else f"half: {why}"
+    return out
+
+
 def assert_one_consistent_state(stacks: str, stack: str, tag: str) -> None:
     """Every key of the stack names one image with its passing proof, and the release tag names the
     top key's image: what racing builders (one engine or many) must leave, whoever won."""

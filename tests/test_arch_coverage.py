@@ -209,3 +209,26 @@ def test_the_check_gets_the_arch_list_the_layer_is_built_with(tmp_path):
             if c.check == "arch-coverage":
                 archs.setdefault(stack, []).append(dict(c.args)["archs"])
     assert archs == {"s1": ["9.0"], "s2": ["8.0;10.0+PTX"], "cpu-smoke": [None]}
+
+
+def test_a_toolkit_layer_makes_cuda_available_to_the_layers_above_it(tmp_path):
+    """DeepSpeed compiles its CUDA ops where a CUDA toolkit is beneath it: a CUDA base, or (new) a layer
+    that provides cuda on a base without one. Below that layer, and on cpu-smoke, it compiles none."""
+    import yaml
+
+    from builder.build.plan import make_plan
+    from builder.load.spec import load_spec
+    data = yaml.safe_load((ROOT / "stacks.yaml").read_text())
+    data["layers"]["cuda-13.2-pypi"] = {"kind": "cuda-toolkit-pip",
+                                        "params": {"packages": ["nvidia-cuda-nvcc==13.2.78"], "cuda": "13.2"}}
+    data["layers"]["ds-gpu"] = {"kind": "deepspeed", "params": {"version": "0.19.8", "ops": ["fused_adam"]}}
+    data["stacks"]["above"] = {"base": "debian-bookworm", "gpus": ["H100"], "tags": ["{stack}"],
+                               "layers": ["cpu-torch-2.13", "cuda-13.2-pypi", "ds-gpu"]}
+    data["stacks"]["below"] = {"base": "debian-bookworm", "gpus": ["H100"], "tags": ["{stack}"],
+                               "layers": ["cpu-torch-2.13", "ds-gpu", "cuda-13.2-pypi"]}
+    (tmp_path / "stacks.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    spec = load_spec(tmp_path / "stacks.yaml", root=ROOT)
+    plan = make_plan(spec, ["above", "below", "cpu-smoke"])
+    ds = {name: next(n for n in plan.chain(name) if n.layer.kind.name == "deepspeed") for name in ("above", "below", "cpu-smoke")}
+    assert ds["above"].build_args.get("TORCH_CUDA_ARCH_LIST") == "9.0"
+    assert ds["below"].build_args == {} and ds["cpu-smoke"].build_args == {}

@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from e2e import ROOT, imgbuild, release, reports, stacks_file
+from e2e import NS, REGISTRY, ROOT, imgbuild, release, reports, stacks_file
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
 
@@ -81,3 +81,32 @@ def test_a_build_that_ignored_the_arch_list_fails_its_coverage_and_moves_no_tag(
         assert release("cuda-h100-v2", "cuda-h100-v2") is None
     assert "arch-coverage" in proc.stdout and "lacks sm_90" in proc.stdout
     json.dumps(check)   # what the report records is plain data
+
+
+def test_the_cuda_pypi_stacks_build_here_with_their_ops_compiled_for_their_gpus(work, first):
+    """Issue 13's GPU stack (examples/cuda-pypi/stacks.yaml), built on a machine with no GPU and no NGC: torch 2.11.0 (CUDA 13.0) and
+    nvcc 13.0 from PyPI, DeepSpeed 0.19.8 with fused_adam and cpu_adam compiled, for H100 and for
+    A100 + H100. ds_report shows fused_adam installed, the binary holds exactly the declared archs, the
+    GPU-only step is skipped with its reason, and both stacks are released. (This caught two bugs: a
+    DeepSpeed wheel built for cpu-smoke reused from pip's cache, and DeepSpeed building no CUDA op on
+    a GPU-less host unless DS_ACCELERATOR=cuda.)"""
+    import yaml
+    data = yaml.safe_load((ROOT / "examples" / "cuda-pypi" / "stacks.yaml").read_text())
+    data["site"] = {**data["site"], "registry": REGISTRY, "namespace": NS}
+    f = work / "cuda-pypi.yaml"
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = imgbuild(work, "build", "stack=h100-pypi-deepspeed", "stack=a100-h100-pypi-deepspeed", "-f", str(f))
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
+    rep = reports(work)[-1]
+    ds = [n for n in rep["nodes"].values() if n["layer"] == "ds-0.19.8-cuda"]
+    assert len(ds) == 2 and all(n["action"] == "build" for n in ds), [(n["layer"], n["action"]) for n in ds]
+    checks = [{c["id"]: c for c in n["checks"]} for n in ds]
+    assert sorted(c["deepspeed.arch-coverage"]["detail"] for c in checks) == [
+        "1 binary with CUDA code in deepspeed, each with sm_80, sm_90",
+        "1 binary with CUDA code in deepspeed, each with sm_90"], [c["deepspeed.arch-coverage"] for c in checks]
+    for c in checks:
+        assert c["deepspeed.ds-report"]["status"] == "passed" and "fused_adam YES/OKAY" in c["deepspeed.ds-report"]["detail"]
+        assert c["deepspeed.cpu-adam-step"]["status"] == "passed", c["deepspeed.cpu-adam-step"]
+        assert c["deepspeed.fused-adam-step"]["status"] == "skipped" and "needs a GPU" in c["deepspeed.fused-adam-step"]["detail"]
+    assert release("h100-pypi-deepspeed", "h100-pypi-deepspeed")
+    assert release("a100-h100-pypi-deepspeed", "a100-h100-pypi-deepspeed")

@@ -254,3 +254,22 @@ def test_compare_is_pure(registry):
     host, _ = registry
     d = diff_images(f"{host}/ns/layers/smoke-train:v1", f"{host}/ns/layers/smoke-train:v2")
     assert compare(d.a, d.b) == (d.versions, d.sections)
+
+
+def test_compiled_arch_coverage_of_extension_binaries_is_compared():
+    """Issue 13: the device code each extension binary holds (measured by the arch-coverage checks and
+    stored in the manifest) is a section of the diff, one line per binary, named from site-packages on."""
+    from types import SimpleNamespace
+
+    from builder.diff.imagediff import _recorded_sections
+    site = "/opt/venv/lib/python3.11/site-packages/"
+    a = recorded({}, {}, {})
+    b = recorded({}, {}, {})
+    a["cuda_code"] = {"tiny_cuda_ext": {site + "tiny_cuda_ext/_kernels.so": ["sm_90"]}}
+    b["cuda_code"] = {"tiny_cuda_ext": {site.replace("3.11", "3.12") + "tiny_cuda_ext/_kernels.so": ["sm_80", "sm_90"]},
+                      "flash_attn": {site + "flash_attn_2_cuda.so": ["sm_90"]}}
+    section = _recorded_sections(SimpleNamespace(recorded=a), SimpleNamespace(recorded=b))["arch_coverage"]
+    changes = {c.name: (c.old, c.new) for c in section.changes}
+    assert changes == {"tiny_cuda_ext/_kernels.so": ("sm_90", "sm_80 sm_90"), "flash_attn_2_cuda.so": (None, "sm_90")}
+    same = _recorded_sections(SimpleNamespace(recorded=a), SimpleNamespace(recorded=a))["arch_coverage"]
+    assert not same.changes and same.same == 1

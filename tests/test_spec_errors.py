@@ -69,7 +69,7 @@ STACK_KEYS = "allowed: base, description, driver_floor, extends, gpus, layers, p
 BASE_KEYS = "allowed: description, digest, family, image, provides, source"
 LAYER_KEYS = "allowed: description, kind, params"  # layers, projects and runtimes alike
 DS_PARAMS = "allowed: apt, libaio, ops, packages, runtime_ops, version"
-KINDS = "kinds (folders under layers/): apex, cpu-torch, cuda-source, cuda-toolkit-pip, deepspeed, flash-attn, megatron, ngc-pytorch, pip, project, runtime-env, system-setup, transformer-engine"
+KINDS = "kinds (folders under layers/): apex, cpu-torch, cuda-source, cuda-toolkit-pip, deepspeed, flash-attn, megatron, ngc-pytorch, pip, project, pypi-torch, runtime-env, system-setup, transformer-engine"
 TAGS = ("allowed: {stack}, {date}, {python}, {torch}, {cuda}, {cudnn}, {nccl}, {numpy}, {apex}, {deepspeed}, "
         "{flash_attn}, {megatron}, {transformer_engine}")
 

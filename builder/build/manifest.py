@@ -55,6 +55,8 @@ def build_manifest(node, facts: dict, results: list[CheckResult], image_digest: 
         "checks": [asdict(r) for r in results],
         "versions": measured_versions(facts, kinds),
         "arch_list": (facts.get("torch") or {}).get("arch_list"),
+        # The device code of each extension binary the arch-coverage checks read: {root: {file: targets}}.
+        "cuda_code": facts.get("cuda_code") or {},
         "python_packages": facts.get("dists", {}),
         "debian_packages": facts.get("dpkg", {}),
         "env": {k: v for k, v in sorted(facts.get("env", {}).items()) if k not in VOLATILE_ENV},

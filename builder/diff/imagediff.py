@@ -299,7 +299,13 @@ def _recorded_sections(a: Image, b: Image) -> dict[str, Section]:
         return {c["id"]: c["status"] for c in r.get("checks") or []}
 
     def archs(r: dict) -> dict:
-        return {arch: "compiled" for arch in r.get("arch_list") or []}
+        """torch's own archs, and the device code of each extension binary (named from site-packages on,
+        so that one binary in two images is one line)."""
+        out = {arch: "compiled" for arch in r.get("arch_list") or []}
+        for files in (r.get("cuda_code") or {}).values():
+            for path, targets in files.items():
+                out[path.split("site-packages/", 1)[-1]] = " ".join(targets)
+        return out
 
     out = {
         "versions": compare_maps("versions", "versions", ra.get("versions") or {}, rb.get("versions") or {},
