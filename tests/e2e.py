@@ -70,8 +70,9 @@ def at_once(work: Path, runs: list[tuple[dict, list[str]]], timeout: float = 180
 
 
 def key_states(stacks: str, stack: str) -> dict:
-    """{layer: "complete" | "absent" | "half: WHY"} for every key of the stack in the registry: complete
-    is an image with its passing proof, absent is no key tag. A killed build may leave only those two."""
+    """{layer: (state, digest)} for every key of the stack in the registry, state "complete" (an image
+    with its passing proof), "absent" (no key tag) or "half: WHY". A killed build may leave only the
+    first two; racing builders must leave only complete ones."""
     from builder.build.manifest import fetch_manifest, verdict
     from builder.build.plan import make_plan
     from builder.load.spec import load_spec
@@ -83,26 +84,16 @@ def key_states(stacks: str, stack: str) -> dict:
         repo = f"{spec.site.namespace}/layers/{node.name}"
         digest = reg.manifest_digest(repo, node.short)
         why = verdict(fetch_manifest(reg, repo, digest), node, digest) if digest else None
-        out[node.name] = "absent" if not digest else "complete" if why is None else f"half: {why}"
+        out[node.name] = ("absent" if not digest else "complete" if why is None else f"half: {why}", digest)
     return out
 
 
 def assert_one_consistent_state(stacks: str, stack: str, tag: str) -> None:
     """Every key of the stack names one image with its passing proof, and the release tag names the
     top key's image: what racing builders (one engine or many) must leave, whoever won."""
-    from builder.build.manifest import fetch_manifest, verdict
-    from builder.build.plan import make_plan
-    from builder.load.spec import load_spec
-    spec = load_spec(stacks)
-    reg = Registry(REGISTRY)
-    digests = {spec.stack(stack).base.name: reg.manifest_digest("mirror/debian", "bookworm")}
-    plan = make_plan(spec, [stack], digests)
-    for node in plan.chain(stack):
-        repo = f"{spec.site.namespace}/layers/{node.name}"
-        digest = reg.manifest_digest(repo, node.short)
-        assert digest and verdict(fetch_manifest(reg, repo, digest), node, digest) is None, node.name
-    top = plan.top(stack)
-    assert release(tag, stack) == reg.manifest_digest(f"{spec.site.namespace}/layers/{top.name}", top.short)
+    states = key_states(stacks, stack)
+    assert {state for state, _ in states.values()} == {"complete"}, states
+    assert release(tag, stack) == list(states.values())[-1][1]
 
 
 def release(tag: str, stack: str = "cpu-smoke") -> str | None:
