@@ -20,7 +20,7 @@ from builder.build.pipeline import Builder
 from builder.build.checks import CheckResult
 from builder.build.hostconf import HostConf
 from builder.build.layout import artifact_tag, layer_repo, release_repo
-from builder.build.manifest import build_manifest, fetch_manifest, verdict
+from builder.build.manifest import build_manifest, fetch_manifest, push_manifest, verdict
 from builder.build.plan import make_plan
 from builder.build.publish import PublishError, promote
 from builder.load.spec import load_spec
@@ -303,10 +303,18 @@ def test_promote_refuses_when_any_node_of_any_stack_lacks_proof(world, tmp_path)
         assert builder(spec).lookup(ds)[0] == "revalidate"
 
     reg.manifests[(repo, artifact_tag(digests[ds.key]))] = good_record
-    # A caller that validated a different image than the registry holds under the key is refused too.
+    # A caller that validated a different image than the registry holds under the key (a racing
+    # builder's PUT came later) is refused when the key's image has no proof of its own...
     wrong = dict(digests, **{ds.key: "sha256:" + "0" * 64})
-    with pytest.raises(PublishError, match="but this run validated sha256:0000"):
+    poison("failed")
+    with pytest.raises(PublishError, match="but this run validated sha256:0000.*, and that one: check deepspeed.ds-report"):
         promote(spec, reg, plan, ["cpu-smoke"], "2026.12.02", lambda line: None, expected=wrong)
+    assert released(reg, spec) == before
+    # ... and released, saying so, when it has.
+    reg.manifests[(repo, artifact_tag(digests[ds.key]))] = good_record
+    said = []
+    promote(spec, reg, plan, ["cpu-smoke"], "2026.12.02", said.append, expected=wrong)
+    assert any("another builder's image with its own passing checks, not sha256:0000" in line for line in said), said
     # A node missing from the registry.
     missing = reg.manifests.pop((repo, ds.short))
     with pytest.raises(PublishError, match="ds-0.19.8-cpu .* is not in the registry"):
@@ -656,6 +664,65 @@ def test_a_racing_builder_adopts_the_image_that_holds_the_key_first(world, tmp_p
         assert label in (f"{up_repo}:{up.short}", f"{up_repo}@{up_digest}"), (node.name, label)
     # The child built early on this builder's own cpu-torch was built again on the adopted one.
     assert any("names another builder's image; building again" in line for line in said), said
+
+
+def _rival_takes_the_key(reg, engine, spec, node, ours: str) -> str:
+    """Another builder's image of `node`, with its own passing proof, PUT under the key over `ours` (as
+    a builder that found the key empty at the same moment as this one would)."""
+    repo = layer_repo(spec.site.namespace, node.name)
+    ref = f"{spec.site.registry}/{repo}:rival"
+    engine.images[ref] = {"run": "rival", "io.imgbuild.key": node.key}
+    engine.push(ref)
+    theirs = reg.manifest_digest(repo, "rival")
+    proof = dict(fetch_manifest(reg, repo, ours), image_digest=theirs)
+    push_manifest(reg, repo, proof)
+    found = reg.get_manifest(repo, theirs)
+    reg.put_manifest(repo, node.short, reg.manifest_bytes(repo, theirs, found[1]), found[1])
+    assert theirs != ours
+    return theirs
+
+
+@pytest.mark.parametrize("when", ["key-put", "after-read-back"])
+def test_builders_that_both_found_the_key_empty_end_on_the_later_put(world, tmp_path, monkeypatch, when):
+    """A registry has no compare-and-set: two builders that both found a key empty both PUT it, and the
+    later PUT holds it (CI: exit 7, "smoke-train is sha256:e20d in the registry, but this run validated
+    sha256:ff12"). The earlier builder must end on the image the key names, whose proof is its own:
+    learnt by reading the key back after its PUT, or, when the rival's PUT lands even later, by promote."""
+    reg, engine, builder = world
+    spec = spec_for(tmp_path, f"put-race-{when}")
+    plan = make_plan(spec, ["cpu-smoke"], BASE)
+    top = plan.top("cpu-smoke")
+    top_repo = layer_repo(spec.site.namespace, top.name)
+    first = builder(spec)
+    said = []
+    first.say = said.append
+    real_put = reg.put_manifest
+    rival = {}
+
+    def put_manifest(repo, reference, body, media_type):
+        digest = real_put(repo, reference, body, media_type)
+        if not rival and repo == top_repo and reference == top.short and when == "key-put":
+            rival["digest"] = None
+            rival["digest"] = _rival_takes_the_key(reg, engine, spec, top, digest)
+        return digest
+    reg.put_manifest = put_manifest
+    real_promote = build_mod.promote
+
+    def promote_later(*args, **kwargs):
+        if when == "after-read-back":
+            # The rival's PUT lands after this builder read its key back, just before the release.
+            rival["digest"] = _rival_takes_the_key(reg, engine, spec, top, reg.manifest_digest(top_repo, top.short))
+        return real_promote(*args, **kwargs)
+    monkeypatch.setattr(build_mod, "promote", promote_later)
+    report = first.run(plan, ["cpu-smoke"], date="2026.12.01")
+    assert rival and report.ok, report.error
+    assert reg.manifest_digest(top_repo, top.short) == rival["digest"]
+    if when == "key-put":
+        assert any("stored this key at the same moment" in line for line in said), said
+        assert report.nodes[top.key].digest == rival["digest"]
+    else:
+        assert any("another builder's image with its own passing checks" in line for line in said), said
+    assert set(released(reg, spec).values()) == {rival["digest"]}
 
 
 def test_a_builder_racing_through_another_ones_push_stages_under_its_own_tag(world, tmp_path):

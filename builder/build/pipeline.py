@@ -411,20 +411,33 @@ class Builder:
         if not digest:
             raise RegistryError(f"{staging} was pushed but the registry does not show it")
         self.record(node, facts, results, digest, labels)
-        current = self.registry.manifest_digest(repo, node.short)
-        if current and current != digest and verdict(fetch_manifest(self.registry, repo, current), node, current,
-                                                     self.gpu) is None:
-            self.say(f"{prefix}: another builder stored this key first ({current[:19]}); using its image")
-            return current, False
+        other = self.other_builders_image(node, digest)
+        if other:
+            self.say(f"{prefix}: another builder stored this key first ({other[:19]}); using its image")
+            return other, False
         found = self.registry.get_manifest(repo, digest)
         if not found:
             raise RegistryError(f"{repo}@{digest} vanished from the registry before its key was tagged")
         self.registry.put_manifest(repo, node.short, self.registry.manifest_bytes(repo, digest, found[1]), found[1])
+        # Read the key back: a registry has no compare-and-set, so two builders that both found the key
+        # empty both PUT it, and the later PUT holds it. The earlier one learns here that it lost.
+        other = self.other_builders_image(node, digest)
+        if other:
+            self.say(f"{prefix}: another builder stored this key at the same moment ({other[:19]}); using its image")
+            return other, False
         # The engine keeps the image under its key, as `docker build -t` and push would: a later build on
         # this runner (a pin change above it) starts from it instead of pulling gigabytes back.
         self.engine.tag(local, image_ref(self.spec, node))
         self.say(f"{prefix}: pushed {image_ref(self.spec, node)} ({digest[:19]})")
         return digest, True
+
+    def other_builders_image(self, node: Node, mine: str) -> str | None:
+        """The digest the key names when that is not `mine` but another image with passing proof."""
+        current = self.registry.manifest_digest(self.repo(node), node.short)
+        if current and current != mine and verdict(fetch_manifest(self.registry, self.repo(node), current), node,
+                                                   current, self.gpu) is None:
+            return current
+        return None
 
     def validate(self, node: Node, image: str, prefix: str) -> tuple[list[CheckResult], dict]:
         results, facts = run_checks(self.engine, image, node.checks, self.gpu)

@@ -89,12 +89,15 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
 
     Whatever the caller believes, every node of every stack is read back from the registry first: its
     content key must resolve to an image whose stored manifest proves that it passed that node's
-    checks (manifest.verdict), and, when the caller says which digest it validated (`expected`), to
-    that very image. Any doubt about any node refuses the whole promotion before the first tag moves.
+    checks (manifest.verdict). The proof is the registry's, not the caller's belief: when the caller
+    validated another image of the same key (`expected`: a racing builder's PUT came later), the key's
+    image is released only on its own proof. Any doubt about any node refuses the whole promotion
+    before the first tag moves.
     """
     date = date or time.strftime("%Y.%m.%d", time.gmtime())
     problems: list[str] = []
     tops: dict = {}   # stack -> (repo, digest, recorded manifest)
+    noted: set = set()
     for name in stacks:
         for node in plan.chain(name):
             repo = layer_repo(spec.site.namespace, node.name)
@@ -102,16 +105,24 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
             if not digest:
                 problems.append(f"{name}: {node.name} ({node.short[:12]}) is not in the registry")
                 continue
-            if expected is not None and expected.get(node.key) != digest:
-                problems.append(f"{name}: {node.name} ({node.short[:12]}) is {digest[:19]} in the registry, "
-                                f"but this run validated {str(expected.get(node.key))[:19]}")
-                continue
             recorded = fetch_manifest(reg, repo, digest)
             why = verdict(recorded, node, digest, gpu)   # gpu: a GPU check recorded as skipped is no proof
-            if why:
+            mine = (expected or {}).get(node.key, digest)
+            if why and mine != digest:
+                problems.append(f"{name}: {node.name} ({node.short[:12]}) is {digest[:19]} in the registry, "
+                                f"but this run validated {str(mine)[:19]}, and that one: {why}")
+            elif why:
                 problems.append(f"{name}: {node.name} ({node.short[:12]}): {why}")
-            elif node.key == plan.top(name).key:
-                tops[name] = (repo, digest, recorded)
+            else:
+                if mine != digest and node.key not in noted:
+                    # Racing builders of one key: the registry cannot compare-and-set, so the later key PUT
+                    # holds it. Same content key, and that image carries its own passing proof: release it.
+                    noted.add(node.key)
+                    say(f"{node.name} ({node.short[:12]}): the key names {digest[:19]}, another builder's image "
+                        f"with its own passing checks, not {str(mine)[:19]} validated by this run; releasing the "
+                        "key's image")
+                if node.key == plan.top(name).key:
+                    tops[name] = (repo, digest, recorded)
     if problems:
         raise PublishError(f"{len(problems)} layer image(s) not proven validated; no tag was moved:\n  "
                            + "\n  ".join(problems))
