@@ -134,3 +134,19 @@ def test_diff_names_a_changed_fragment_of_a_site_kind(tmp_path):
     res = run_cli("diff", "HEAD", "-f", root / "stacks.yaml", "--offline", "--json")
     assert res.code == 1, res.output
     assert "template layers/fast-attn/fragment.j2 changed" in res.out
+
+
+@pytest.mark.parametrize("facts,message", [
+    ("facts: {cudart: param:version}", "facts.cudart: 'cudart' is not a fact a layer can declare"),
+    ("facts: {cuda: param:nope}", "facts.cuda: expected 'param:NAME' naming a version parameter"),
+    ("facts: {cuda: '13.0'}", "facts.cuda: expected 'param:NAME' naming a version parameter"),
+])
+def test_the_kind_folder_refuses_a_bad_facts_declaration(kinds_copy, facts, message):
+    """A kind's declared facts feed preflight: a misspelt one must not silently declare nothing."""
+    root = kinds_copy("bad-facts")
+    shutil.copy2(STACKS, root / "stacks.yaml")
+    (root / "layers" / "fa").mkdir()
+    (root / "layers" / "fa" / "fragment.j2").write_text("RUN true\n")
+    (root / "layers" / "fa" / "kind.yaml").write_text(KIND + facts + "\n")
+    res = run_cli("check", "-f", root / "stacks.yaml")
+    assert res.code == 2 and message in res.err, res.err

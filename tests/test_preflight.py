@@ -53,6 +53,7 @@ LIBRARY = {
                                "cudnn": "9.13.0", "transformer_engine": "2.9.0", "numpy": "1.26.4"}},
         "deb": {"image": "debian:bookworm", "family": "debian", "provides": {"python": "3.11.2"}},
     },
+    # CUDA from PyPI on Debian (examples/cuda-pypi): the facts are declared by the layers' parameters.
     "layers": {
         "site": {"kind": "ngc-pytorch"},
         "cput": {"kind": "cpu-torch", "params": {"wheel": WHEEL}},
@@ -62,6 +63,9 @@ LIBRARY = {
         "te210": {"kind": "transformer-engine", "params": {"version": "2.10.0"}},
         "ds": {"kind": "deepspeed", "params": {"version": "0.19.5", "ops": ["fused_adam"]}},
         "ds-cpu": {"kind": "deepspeed", "params": {"version": "0.19.8", "ops": ["cpu_adam"]}},
+        "pt211": {"kind": "pypi-torch", "params": {"packages": ["torch==2.11.0"], "cuda": "13.0"}},
+        "nvcc130": {"kind": "cuda-toolkit-pip", "params": {"packages": ["nvidia-cuda-nvcc==13.0.88"], "cuda": "13.0"}},
+        "nvcc128": {"kind": "cuda-toolkit-pip", "params": {"packages": ["nvidia-cuda-nvcc-cu12==12.8.93"], "cuda": "12.8"}},
         "apex": {"kind": "apex", "params": {"source": {"repo": "https://github.com/NVIDIA/apex.git",
                                                        "commit": "0123456789abcdef0123456789abcdef01234567"}}},
     },
@@ -227,6 +231,16 @@ FAILS = [
     Fail("ds-nvcc-vs-torch-cuda", S("cu126", ["site", "d"]), "IB042", "error",
          r"DeepSpeed 0\.15\.4 refuses to build: nvcc 12\.8 does not match the CUDA torch was built with \(12\.6\)",
          "layers.d", extra={"layers": {"d": ds("0.15.4")}}),
+    Fail("ds-pypi-nvcc-12-under-torch-cu13", S("deb", ["pt211", "nvcc128", "d"]), "IB042", "error",
+         r"DeepSpeed 0\.19\.8 refuses to build: nvcc 12\.8 does not match the CUDA torch was built with \(13\.0\)",
+         "layers.d", extra={"layers": {"d": ds("0.19.8")}}),
+    Fail("te-pypi-nvcc-12-under-torch-cu13", S("deb", ["pt211", "nvcc128", "te210"]), "IB043", "error",
+         r"layer 'te210' compiles CUDA with nvcc 12\.8, but torch was built with CUDA 13\.0: torch's extension "
+         r"builder refuses", "layers.te210"),
+    Fail("v100-on-pypi-cuda-13", S("deb", ["pt211", "nvcc130"], gpus=["V100"]), "IB011", "error",
+         r"V100 \(sm_70\) cannot be targeted by CUDA 13", "stacks.s.gpus[0]"),
+    Fail("b300-on-pypi-cuda-12.8", S("deb", ["pt211", "nvcc128"], gpus=["B300"]), "IB010", "error",
+         r"B300 \(sm_103\) needs CUDA 12\.9 or newer", "stacks.s.gpus[0]"),
     Fail("apex-nvcc-vs-torch-cuda", S("cu126", ["site", "apex"]), "IB050", "error",
          r"Apex refuses to build: nvcc 12\.8 does not match the CUDA torch was built with \(12\.6\)", "layers.apex"),
     # -- Megatron-Core ----------------------------------------------------------------------------
@@ -341,6 +355,9 @@ PASSES = [
       "runtimes": {"e": env(TORCH_CUDA_ARCH_LIST="10.0")}}, None),
     ("IB042", S("cu126", ["site", "d"]), {"layers": {"d": ds("0.17.6")}}, None),   # 12.6 and 12.8 both tolerated
     ("IB050", S("ngc2503", ["site", "apex"], gpus=["A100"]), {}, None),
+    # CUDA 13.0 from PyPI under torch 2.11.0 (13.0): nothing unknown about nvcc any more.
+    ("IB010 IB011 IB042 IB043 IB109", S("deb", ["pt211", "nvcc130", "d", "te210"], gpus=["A100", "H100"]),
+     {"layers": {"d": ds("0.19.8")}}, None),
     ("IB060 IB061 IB062 IB063 IB064 IB065", S("fresh", ["site", "te-shipped"], project="mc16"), {}, None),
     ("IB061 IB062", S("ngc2509", ["site"], project="mc17"), {}, None),
     ("IB070 IB075", S("deb", ["cput", "ds-cpu"], gpus=[]), {}, None),

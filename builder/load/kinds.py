@@ -25,7 +25,11 @@ CHECK_TYPES = ("import", "dist-version", "pip-check", "ds-report", "env", "pytho
 # TORCH_CUDA_ARCH_LIST where the layer compiles CUDA code for it, else null.
 STACK_VALUES = ("arch_list",)
 KIND_KEYS = {"description", "role", "base_family", "needs", "provides", "compiles_cuda",
-             "compiles_cuda_param", "params", "checks", "versions"}
+             "compiles_cuda_param", "params", "checks", "versions", "facts"}
+# Facts of the stack that a kind may declare from one of its version parameters (a toolkit layer says
+# which CUDA and nvcc it installs, a torch layer which CUDA its wheel was built with). Preflight reads them
+# as it reads a base's `provides`; the kind's checks verify them inside the built image.
+LAYER_FACTS = ("cuda", "nvcc", "torch_cuda", "cudnn", "nccl")
 VERSION_FIELD = re.compile(r"^[a-z][a-z0-9_]*\Z")      # a {field} of tag templates and a fact name
 KIND_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # a folder under layers/; \Z: no trailing newline
 DIST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
@@ -62,6 +66,7 @@ class Kind:
     # field is a {field} for tag templates, a version in the manifest and image diff, and a fact for
     # preflight (declared from the kind's `version` parameter, measured by probe/lock).
     versions: tuple = ()
+    facts: tuple = ()   # (fact name, version parameter that declares it)
 
     @property
     def fragment(self) -> str:
@@ -200,13 +205,22 @@ def load_kind(folder: Path) -> Kind:
         if not names or not all(DIST_NAME.match(n) for n in names):
             raise doc.error(("versions", vfield), "expected one or more distribution names as pip knows them")
         versions.append((vfield, names))
+    facts = []
+    for fname, ref in _require(doc, ("facts",), data.get("facts", {}), dict, "a mapping").items():
+        if fname not in LAYER_FACTS:
+            raise doc.error(("facts", fname), f"{fname!r} is not a fact a layer can declare",
+                            hint="allowed: " + ", ".join(LAYER_FACTS))
+        pname = ref[6:] if isinstance(ref, str) and ref.startswith("param:") else None
+        if pname not in params or params[pname].type != "version":
+            raise doc.error(("facts", fname), f"expected 'param:NAME' naming a version parameter, not {ref!r}")
+        facts.append((fname, pname))
     if not (folder / "fragment.j2").is_file():
         raise SpecError("layer kind has no fragment.j2", file=str(folder))
     return Kind(name=folder.name, folder=folder, description=str(data["description"]), role=role,
                 base_family=data.get("base_family"), needs=_strings(doc, ("needs",), data.get("needs", [])),
                 provides=_strings(doc, ("provides",), data.get("provides", [])), compiles_cuda=cuda,
                 compiles_cuda_param=cparam, params=params, checks=tuple(checks),
-                files=_hash_files(folder / "files"), versions=tuple(versions))
+                files=_hash_files(folder / "files"), versions=tuple(versions), facts=tuple(facts))
 
 
 def load_kinds(layers_dir: Path) -> dict[str, Kind]:

@@ -131,8 +131,9 @@ def _derive(facts: dict[str, Fact], family: str) -> None:
                                             cuda.verified, cuda.key))
 
 
-def resolve(spec: Spec, stack: Stack, lock: Any = None) -> StackFacts:
-    """The facts of one stack: its base's, then what every layer of its chain adds."""
+def resolve(spec: Spec, stack: Stack, lock: Any = None, below: str | None = None) -> StackFacts:
+    """The facts of one stack: its base's, then what every layer of its chain adds (only the layers
+    beneath layer `below`, when given: what that layer is installed over)."""
     base = stack.base
     sf = StackFacts(stack=stack)
     names = base_fact_names(spec)
@@ -145,6 +146,8 @@ def resolve(spec: Spec, stack: Stack, lock: Any = None) -> StackFacts:
             sf.facts[name] = found[0]
     _derive(sf.facts, base.family)
     for layer in stack.chain:
+        if layer.name == below:
+            break
         _apply(sf, layer)
     return sf
 
@@ -159,6 +162,11 @@ def _apply(sf: StackFacts, layer: LayerDef) -> None:
         if version is not None:
             sf.facts[name] = Fact(version, "declared", f"stacks.yaml {layer.section}.{layer.name}.params.version",
                                   None, path + ("version",))
+    for fname, pname in layer.kind.facts:   # what the kind says its layer brings (a toolkit's CUDA)
+        if params.get(pname) is not None:
+            sf.facts[fname] = Fact(as_version(params[pname]), "declared", f"stacks.yaml {layer.section}."
+                                   f"{layer.name}.params.{pname}", None, path + (pname,))
+    pinned_versions = {canonicalize_name(d): vfield for vfield, dists in layer.kind.versions for d in dists}
     for pname, value in params.items():
         if isinstance(value, WheelPin):
             _wheel(sf, layer, value, path + (pname, "file"))
@@ -174,6 +182,10 @@ def _apply(sf: StackFacts, layer: LayerDef) -> None:
                 pinned = Version(next(iter(req.specifier)).version)
                 name = canonicalize_name(req.name)
                 sf.pins[name] = (pinned, path + (pname, i), layer)
+                if version is None and name in pinned_versions:   # torch==2.11.0 in a torch layer's packages
+                    sf.facts[pinned_versions[name]] = Fact(pinned, "declared", f"stacks.yaml {layer.section}."
+                                                           f"{layer.name}.params.{pname} pins {text}", None,
+                                                           path + (pname, i))
                 if name in ("numpy", "pydantic"):
                     sf.facts[name] = Fact(pinned, "declared", f"stacks.yaml {layer.section}.{layer.name}.params."
                                           f"{pname} pins {text}", None, path + (pname, i))

@@ -595,7 +595,7 @@ def lint_rendered(spec: Spec, plan, lock=None) -> list[Finding]:
     out = []
     for node in plan.nodes.values():
         stack = spec.stack(plan.users[node.key][0])
-        sf = resolve(spec, stack, lock)
+        sf = resolve(spec, stack, lock, below=node.name)   # what this layer is installed over
         torch = sf.get("torch")
         has_torch = torch is not None and torch.value is not None
         chain = stack.chain[:[d.name for d in stack.chain].index(node.name) + 1]

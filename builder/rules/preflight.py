@@ -343,6 +343,27 @@ def ds_nvcc(ctx: Ctx) -> Iterator[Finding]:
     yield from _nvcc_match(ctx, layer, "IB042", f"DeepSpeed {ds}", catalog.ds_mismatch_ok(ds))
 
 
+@rule("IB043", "torch's extension builder: nvcc's CUDA major vs torch's")
+def torch_ext_nvcc(ctx: Ctx) -> Iterator[Finding]:
+    """Layers that compile CUDA against torch (Transformer Engine, flash-attn, ...) go through
+    torch.utils.cpp_extension, which refuses a different CUDA major and only warns on a minor (DeepSpeed
+    and Apex have stricter rules of their own, IB042 and IB050)."""
+    nvcc, tcuda = ctx.facts.get("nvcc"), ctx.facts.get("torch_cuda")
+    if nvcc is None or tcuda is None or tcuda.value is None or not isinstance(nvcc.value, Version):
+        return
+    known = Known("same CUDA major (a minor difference warns)", "pytorch torch/utils/cpp_extension.py "
+                  "_check_cuda_version: RuntimeError(CUDA_MISMATCH_MESSAGE) when the majors differ", True)
+    for layer in ctx.stack.chain:
+        # Only kinds that build against torch (needs: torch); a CMake or plain-nvcc build has no such check.
+        if ({"deepspeed", "apex"} & set(layer.kind.provides) or "torch" not in layer.kind.needs
+                or not ctx.stack.compiles_cuda(layer) or nvcc.value.major == tcuda.value.major):
+            continue
+        yield ctx.find("IB043", "error", ctx.layer_key(layer), f"layer {layer.name!r} compiles CUDA with nvcc "
+                       f"{major_minor(nvcc.value)}, but torch was built with CUDA {major_minor(tcuda.value)}: torch's "
+                       "extension builder refuses a different major", [nvcc, tcuda], known,
+                       fix=f"use a toolkit of CUDA {tcuda.value.major}.x (the torch wheel's)")
+
+
 @rule("IB050", "Apex: nvcc must equal torch's CUDA")
 def apex_nvcc(ctx: Ctx) -> Iterator[Finding]:
     layer = ctx.facts.providers.get("apex")
@@ -369,7 +390,12 @@ def _nvcc_match(ctx: Ctx, layer: LayerDef, rule_id: str, what: str, tolerated: K
         return
     if tolerated is not None and a in tolerated.value and b in tolerated.value:
         return
-    if rule_id == "IB042" and tolerated is None:
+    if rule_id == "IB042" and tolerated is None and nvcc.value.major != tcuda.value.major:
+        # Whatever a release's list holds, it lists minors of one major: another major never passes.
+        tolerated = Known("nvcc major.minor equal to torch's, or both in one CUDA major's cuda_minor_mismatch_ok",
+                          "DeepSpeed op_builder/builder.py assert_no_cuda_mismatch (v0.12.0..v0.19.5; "
+                          "compat_facts.md 4.2)", True)
+    elif rule_id == "IB042" and tolerated is None:
         yield ctx.unknown(rule_id, key, f"nvcc {a} differs from torch's CUDA {b}; which pairs {what} tolerates is "
                           "not known")
         return
