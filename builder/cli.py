@@ -382,23 +382,35 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
 
 
 @app.command()
-def probe(target: str = typer.Argument(..., help="base=NAME"), file: Path = FileOpt,
-          kinds: Optional[List[Path]] = KindsOpt,
+def probe(target: str = typer.Argument(..., help="base=NAME, or layer=NAME (its image in the registry)"),
+          file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
           docker: Optional[str] = typer.Option(None, "--docker", help="The Docker CLI to use (default: detected).")) -> None:
-    """Run a base image and measure torch, CUDA, cuDNN, NCCL, Python, TE, Apex, numpy and pip's constraints."""
+    """Run a base image, or a layer's built image, and measure torch, CUDA, cuDNN, NCCL, Python, TE, Apex,
+    numpy and pip's constraints."""
+    from builder.build.bases import resolve as resolve_bases
     from builder.build.engine import Engine
     from builder.rules.facts import resolve
-    from builder.build.lock import probe as run_probe
+    from builder.build.lock import layer_image, probe as run_probe, stack_of
     spec = load_spec(file, kinds=kinds or None)
     key, _, name = target.partition("=")
-    if key != "base" or name not in spec.bases:
-        raise SpecError(f"cannot read {target!r}: name a base as base=NAME", hint="bases: " + ", ".join(spec.bases))
-    base = spec.bases[name]
-    ref = base.ref(spec.site) + (f"@{base.digest}" if base.digest else "")
+    if key == "layer" and name in spec.layers:
+        stack = stack_of(spec, name)
+        ref, digest = layer_image(spec, stack, name, resolve_bases(spec, [stack.name]).require()[stack.base.name])
+        ref, where = f"{ref.rsplit(':', 1)[0]}@{digest}", f"{ref} ({digest[:19]}), as built in stack {stack.name}"
+        names = [d.name for d in stack.chain]
+        above = names[names.index(name) + 1] if names.index(name) + 1 < len(names) else None
+        # What stacks.yaml and the catalog say of the image up to this layer, beside each measurement.
+        known = {n: [f] for n, f in resolve(spec, stack, lock=None, below=above).facts.items()}
+    elif key == "base" and name in spec.bases:
+        base = spec.bases[name]
+        ref = where = base.ref(spec.site) + (f"@{base.digest}" if base.digest else "")
+        users = [s for s in spec.stacks.values() if s.base.name == name]
+        known = resolve(spec, users[0], lock=None).options if users else {}
+    else:
+        raise SpecError(f"cannot read {target!r}: name a base as base=NAME or a layer as layer=NAME",
+                        hint="bases: " + ", ".join(spec.bases))
     measured = run_probe(Engine.detect(docker), ref, spec.kinds.values())
-    users = [s for s in spec.stacks.values() if s.base.name == name]
-    known = resolve(spec, users[0], lock=None).options if users else {}
-    echo(f"{name}: {ref}")
+    echo(f"{name}: {where}")
     for fact, value in measured.items():
         other = "; ".join(f"{f.origin} {f.value}" for f in known.get(fact, []))
         echo(f"  {fact}: {value if value is not None else 'not installed'}" + (f"   ({other})" if other else ""))
@@ -407,24 +419,31 @@ def probe(target: str = typer.Argument(..., help="base=NAME"), file: Path = File
 
 
 @app.command(name="lock")
-def lock_cmd(targets: Optional[List[str]] = typer.Argument(None, help="base=NAME (repeatable; default every base)."),
+def lock_cmd(targets: Optional[List[str]] = typer.Argument(
+                 None, help="base=NAME or layer=NAME (repeatable; default every base)."),
              file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
              docker: Optional[str] = typer.Option(None, "--docker")) -> None:
-    """Resolve each base's digest and measure it; write stacks.lock.yaml beside the stacks file."""
+    """Resolve each base's digest and measure it, and measure the built image of each named layer (a
+    layer that makes a base of its own: CUDA and torch from PyPI); write stacks.lock.yaml beside the
+    stacks file."""
     from builder.build.engine import Engine
     from builder.build.lock import lock as run_lock
     spec = load_spec(file, kinds=kinds or None)
-    names = []
+    bases, layers = [], []
     for item in targets or [f"base={b}" for b in spec.bases]:
         key, _, name = item.partition("=")
-        if key != "base" or name not in spec.bases:
-            raise SpecError(f"cannot read {item!r}: name bases as base=NAME", hint="bases: " + ", ".join(spec.bases))
-        names.append(name)
-    path, failures = run_lock(spec, names, Engine.detect(docker), say=lambda line: echo(line))
+        if key == "base" and name in spec.bases:
+            bases.append(name)
+        elif key == "layer" and name in spec.layers:
+            layers.append(name)
+        else:
+            raise SpecError(f"cannot read {item!r}: name bases as base=NAME and layers as layer=NAME",
+                            hint="bases: " + ", ".join(spec.bases))
+    path, failures = run_lock(spec, bases, Engine.detect(docker), say=lambda line: echo(line), layers=layers)
     if failures:
-        raise failures[0].__class__(f"{len(failures)} of {len(names)} base(s) not locked (see above); {path} "
-                                    "holds the others", hint=failures[0].hint)
-    echo(f"ok: {path}: {len(names)} base(s) locked")
+        raise failures[0].__class__(f"{len(failures)} of {len(bases) + len(layers)} target(s) not locked (see above); "
+                                    f"{path} holds the others", hint=failures[0].hint)
+    echo(f"ok: {path}: {len(bases)} base(s) and {len(layers)} layer(s) locked")
 
 
 def main() -> None:

@@ -198,17 +198,33 @@ def test_the_check_gets_the_arch_list_the_layer_is_built_with(tmp_path):
     data["layers"]["ext"] = {"kind": "cuda-source", "params": {"name": "ext", "source": src, "module": "ext"}}
     data["layers"]["ext-own"] = {"kind": "cuda-source", "params": {"name": "ext", "source": src, "module": "ext",
                                                                    "gpus": ["A100", "B200"], "ptx": True}}
-    for name, layer in (("s1", "ext"), ("s2", "ext-own")):
+    data["layers"]["ext-a"] = {"kind": "cuda-source", "params": {"name": "ext", "source": src, "module": "ext",
+                                                                 "gpus": ["A100", "H100", "B200"], "arch_suffix": "a"}}
+    data["layers"]["ext-f"] = {"kind": "cuda-source", "params": {"name": "ext", "source": src, "module": "ext",
+                                                                 "gpus": ["H100", "B200"], "arch_suffix": "f", "ptx": True}}
+    for name, layer in (("s1", "ext"), ("s2", "ext-own"), ("s3", "ext-a"), ("s4", "ext-f")):
         data["stacks"][name] = {"base": "debian-bookworm", "gpus": ["H100"], "tags": ["{stack}"],
                                 "layers": ["cpu-torch-2.13", "cuda-13.2-pypi", layer]}
     (tmp_path / "stacks.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    plan = make_plan(load_spec(tmp_path / "stacks.yaml", root=ROOT), ["s1", "s2", "cpu-smoke"])
+    plan = make_plan(load_spec(tmp_path / "stacks.yaml", root=ROOT), ["s1", "s2", "s3", "s4", "cpu-smoke"])
     archs = {}
-    for stack in ("s1", "s2", "cpu-smoke"):
+    for stack in ("s1", "s2", "s3", "s4", "cpu-smoke"):
         for c in plan.top(stack).checks:
             if c.check == "arch-coverage":
                 archs.setdefault(stack, []).append(dict(c.args)["archs"])
-    assert archs == {"s1": ["9.0"], "s2": ["8.0;10.0+PTX"], "cpu-smoke": [None]}
+    assert archs == {"s1": ["9.0"], "s2": ["8.0;10.0+PTX"], "s3": ["8.0;9.0a;10.0a"], "s4": ["9.0;10.0f+PTX"],
+                     "cpu-smoke": [None]}
+    # Every spelling of the build gets the suffix, and the check wants the arch-specific SASS.
+    from builder.build.checks import wanted_code
+    from builder.build.render import CudaTargets
+    spec = load_spec(tmp_path / "stacks.yaml", root=ROOT)
+    t = CudaTargets.of(spec.stack("s3"), spec.layers["ext-a"])
+    assert [t.spell(v) for v in ("TORCH_CUDA_ARCH_LIST", "NVTE_CUDA_ARCHS", "FLASH_ATTN_CUDA_ARCHS",
+                                 "CMAKE_CUDA_ARCHITECTURES")] == ["8.0;9.0a;10.0a", "80;90a;100a", "80;90a;100a",
+                                                                  "80-real;90a-real;100a-real"]
+    assert CudaTargets.of(spec.stack("s4"), spec.layers["ext-f"]).spell("CMAKE_CUDA_ARCHITECTURES", ptx=True) == "90-real;100f"
+    assert wanted_code("8.0;9.0a;10.0a") == ["sm_80", "sm_90a", "sm_100a"]
+    assert wanted_code("9.0;10.0f+PTX") == ["sm_90", "sm_100f", "compute_100f"]
 
 
 def test_a_toolkit_layer_makes_cuda_available_to_the_layers_above_it(tmp_path):

@@ -251,6 +251,22 @@ def test_many_exports_of_one_pin_at_once_share_the_cache(repo, tmp_path):
         assert not [p for p in (tmp_path / "cache" / "git").iterdir() if p.is_dir() and p.suffix != ".git"]
 
 
+def test_a_tag_the_remote_moved_does_not_stop_the_fetch_of_a_new_pin(repo, tmp_path):
+    """A mirror re-tagged since the last fetch (found when tiny-cuda-ext's v1 was remade): git refuses
+    a fetch that would clobber a cached tag, and imgbuild said only "cannot fetch ...: ?"."""
+    url, first, _ = repo
+    fetch(GitPin(url, first))
+    src = url[len("file://"):]
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    (Path(src) / "train.py").write_text("print('two')\n")
+    for cmd in (["commit", "-q", "-am", "two"], ["tag", "-f", "-a", "v1", "-m", "v1 again"]):
+        subprocess.run(["git", *cmd], cwd=src, env=env, check=True, capture_output=True)
+    second = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True).stdout.strip()
+    export(GitPin(url, second), tmp_path / "out")
+    assert (tmp_path / "out" / "train.py").read_text() == "print('two')\n"
+
+
 def test_a_tag_object_is_not_a_commit(repo):
     url, commit, tag = repo
     assert tag != commit

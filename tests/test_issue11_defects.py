@@ -156,7 +156,7 @@ def test_declared_version_without_local_label_agrees_with_the_catalogs(tmp_path)
 def test_ib090_compares_versions_not_strings(a, b, agree):
     """Guards issue 11 defect 5: the rule of agreement between two origins of a base fact (IB090)."""
     from packaging.version import Version
-    from builder.rules.preflight import _agree
+    from builder.rules.facts import agree as _agree
     assert _agree(Version(a), Version(b)) is agree
     assert _agree(Version(b), Version(a)) is agree
 

@@ -113,11 +113,24 @@ def write_lock(folder, base: str, facts: dict, digest: str = "b" * 64) -> None:
                                                         facts=yaml.safe_dump(facts, default_flow_style=True).strip()))
 
 
+def write_any_lock(folder, file, lock: tuple) -> None:
+    """A base's lock entry (BASE, facts[, digest]), or a layer's: ("layer", NAME, facts, stale), whose
+    definition is that of stack s now (stale: another one, as after an edit beneath it)."""
+    if lock[0] != "layer":
+        write_lock(folder, *lock)
+        return
+    _, name, facts, stale = lock
+    definition = "0" * 64 if stale else load_spec(file).stack("s").layer_definition(name, None)
+    entry = {"image": f"127.0.0.1:5000/imgbuild/layers/{name}:{'c' * 32}", "digest": "sha256:" + "c" * 64,
+             "probed": "2026-12-01T00:00:00Z", "definition": definition, "facts": facts}
+    (folder / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {}, "layers": {name: entry}}))
+
+
 def findings(tmp_path, stack: dict, extra=None, site=None, lock=None, strict=False) -> tuple[object, list[Finding]]:
     folder = tmp_path / "site"
     file = write_stacks(folder, spec_data(stack, extra, site))
     if lock:
-        write_lock(folder, *lock)
+        write_any_lock(folder, file, lock)
     spec = load_spec(file)
     from builder.rules.lint import lint_spec
     return spec, preflight(spec, ["s"], strict=strict) + lint_spec(spec, ["s"])
@@ -241,6 +254,17 @@ FAILS = [
          r"V100 \(sm_70\) cannot be targeted by CUDA 13", "stacks.s.gpus[0]"),
     Fail("b300-on-pypi-cuda-12.8", S("deb", ["pt211", "nvcc128"], gpus=["B300"]), "IB010", "error",
          r"B300 \(sm_103\) needs CUDA 12\.9 or newer", "stacks.s.gpus[0]"),
+    # A layer measured with `imgbuild lock layer=NAME`: its measurement replaces what it declares.
+    Fail("ds-pypi-measured-torch-cuda", S("deb", ["pt211", "nvcc130", "d"]), "IB042", "error",
+         r"DeepSpeed 0\.19\.8 refuses to build: nvcc 13\.0 does not match the CUDA torch was built with \(12\.8\)",
+         "layers.d", extra={"layers": {"d": ds("0.19.8")}},
+         lock=("layer", "pt211", {"torch": "2.11.0", "torch_cuda": "12.8", "python": "3.11.2"}, False)),
+    Fail("layer-declared-vs-measured", S("deb", ["pt211", "nvcc130"]), "IB093", "warning",
+         r"layer pt211: torch_cuda is declared 13\.0 but measured 12\.8 in its image", "layers.pt211.params.cuda",
+         lock=("layer", "pt211", {"torch": "2.11.0", "torch_cuda": "12.8"}, False)),
+    Fail("layer-lock-stale", S("deb", ["pt211", "nvcc130"]), "IB091", "warning",
+         r"measured facts of layer pt211 ignored: .* it or a layer beneath it, or the base, changed since",
+         "layers.pt211", lock=("layer", "pt211", {"torch_cuda": "12.8"}, True)),
     Fail("apex-nvcc-vs-torch-cuda", S("cu126", ["site", "apex"]), "IB050", "error",
          r"Apex refuses to build: nvcc 12\.8 does not match the CUDA torch was built with \(12\.6\)", "layers.apex"),
     # -- Megatron-Core ----------------------------------------------------------------------------
@@ -410,7 +434,7 @@ def test_every_registered_rule_has_a_failing_case(tmp_path):
         folder = tmp_path / f"case{n}"
         file = write_stacks(folder, spec_data(case.stack, case.extra, case_site(case)))
         if case.lock:
-            write_lock(folder, *case.lock)
+            write_any_lock(folder, file, case.lock)
         spec = load_spec(file)
         ctx = Ctx(spec, spec.stack("s"), resolve(spec, spec.stack("s"), load_lock(file)))
         for r in RULES:

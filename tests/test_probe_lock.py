@@ -80,3 +80,34 @@ def test_probing_an_image_with_python_measures_what_is_installed_and_what_is_not
     assert facts["pip_constraint"] == "torch==2.13.0+cpu (/etc/imgbuild/constraints.txt)"
     # no nvcc in the image: nvcc and cuda were not measured, so they are left out (unknown), not None
     assert "nvcc" not in facts and "cuda" not in facts
+
+
+def test_a_layer_is_measured_and_locked_like_a_base(work, first):
+    """`lock layer=NAME` measures a built layer's image in the registry (the way CUDA and torch from PyPI
+    make a base of their own), locks its base with it, and preflight then uses the measurement while the
+    layer and everything beneath it stay as measured; an edit beneath makes it stale (IB091)."""
+    from e2e import stacks_file
+    f = stacks_file(work, "layer-lock")
+    res = run_cli("lock", "layer=cpu-torch-2.13", "-f", f)
+    assert res.code == 0, res.output
+    lock = load_lock(f)
+    entry = lock.layers["cpu-torch-2.13"]
+    node = next(n for n in first["report"]["nodes"].values() if n["layer"] == "cpu-torch-2.13")
+    assert entry.digest == node["digest"] and entry.image.endswith(f"/layers/cpu-torch-2.13:{node['key']}")
+    assert entry.facts["torch"] == "2.13.0+cpu" and entry.facts["torch_cuda"] is None
+    assert entry.facts["python"].startswith("3.11.") and "debian-bookworm" in lock.bases
+    spec = load_spec(f)
+    torch = resolve(spec, spec.stack("cpu-smoke"), lock).get("torch")
+    assert torch.origin == "measured" and "probe of layer cpu-torch-2.13" in torch.source, torch
+    res = run_cli("probe", "layer=cpu-torch-2.13", "-f", f)
+    assert res.code == 0 and "torch: 2.13.0+cpu   (declared 2.13.0+cpu)" in res.out, res.output
+    # The same lock beside a stacks file whose cpu-torch layer changed: its measurement is not used.
+    g = stacks_file(work, "layer-lock-edited", lambda d: d["layers"]["cpu-torch-2.13"]["params"].update(
+        apt=["python3", "python3-venv", "ca-certificates", "less"]))
+    g.with_name("layer-lock-edited.lock.yaml").write_text(f.with_name("layer-lock.lock.yaml").read_text())
+    res = run_cli("check", "-f", g)
+    assert "IB091" in res.output and "measured facts of layer cpu-torch-2.13 ignored" in res.output, res.output
+    spec = load_spec(g)
+    assert resolve(spec, spec.stack("cpu-smoke"), load_lock(g)).get("torch").origin == "declared"
+    res = run_cli("lock", "layer=nope", "-f", f)
+    assert res.code == 2 and "layer=NAME" in res.err

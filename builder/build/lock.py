@@ -23,7 +23,10 @@ from builder.build.bases import resolve
 from builder.build.checks import PROBE
 from builder.build.engine import Engine
 from builder.errors import EngineError, ImgbuildError, SpecError
+from builder.build.layout import layer_repo
 from builder.build.lockfile import LOCK_VERSION, load_lock, lock_path
+from builder.build.plan import make_plan
+from builder.build.registry import Registry
 from builder.load.spec import Spec
 
 # The one probe (builder/build/checks/probe.py), run by the image's own Python; an image without Python (the
@@ -70,18 +73,45 @@ def base_facts(measured: dict, kinds=()) -> dict:
     return {k: (None if v is None else str(v)) for k, v in sorted(out.items())}
 
 
-def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None]) -> tuple[Path, list[ImgbuildError]]:
-    """Resolve and probe each named base, then write the lock file (atomically; entries of other bases
-    kept). Returns the path and the failures (a base that failed keeps its previous entry, if any)."""
+def stack_of(spec: Spec, layer: str):
+    """The first stack whose chain holds `layer` (its image there is the one measured)."""
+    found = [s for s in spec.stacks.values() if layer in [d.name for d in s.chain]]
+    if not found:
+        raise SpecError(f"layer {layer!r} is in no stack's chain: there is no image of it to measure",
+                        hint="layers in stacks: " + ", ".join(sorted({d.name for s in spec.stacks.values()
+                                                                       for d in s.chain})))
+    return found[0]
+
+
+def layer_image(spec: Spec, stack, name: str, base_digest: str) -> tuple[str, str]:
+    """The registry reference (repository:key) and digest of layer `name`'s image in `stack` on that base."""
+    node = next(n for n in make_plan(spec, [stack.name], {stack.base.name: base_digest}).chain(stack.name)
+                if n.name == name)
+    repo = layer_repo(spec.site.namespace, name)
+    digest = Registry(spec.site.registry).manifest_digest(repo, node.short)
+    if not digest:
+        raise SpecError(f"layer {name!r} ({node.short[:12]}) is not in {spec.site.registry}: there is no image to "
+                        "measure", hint=f"build it first: imgbuild build stack={stack.name}")
+    return f"{spec.site.registry}/{repo}:{node.short}", digest
+
+
+def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None],
+         layers: list[str] = ()) -> tuple[Path, list[ImgbuildError]]:
+    """Resolve and probe each named base, and each named layer's image in the registry, then write the
+    lock file (atomically; entries of others kept). A layer's base is locked with it: the layer's entry
+    stands for that base digest. Returns the path and the failures (a failed entry keeps its old one)."""
     old = load_lock(spec.file)
     entries = {name: asdict(rec) for name, rec in (old.bases if old else {}).items()}
+    layer_entries = {name: asdict(rec) for name, rec in (old.layers if old else {}).items()}
     failures: list[ImgbuildError] = []
+    users = {name: stack_of(spec, name) for name in layers}
+    bases = list(dict.fromkeys([*bases, *(users[name].base.name for name in layers)]))
     for name in bases:
         base = spec.bases[name]
-        users = [s for s, st in spec.stacks.items() if st.base.name == name]
+        stacks = [s for s, st in spec.stacks.items() if st.base.name == name]
         ref = base.ref(spec.site)
         try:
-            digest = resolve(spec, users[:1], use_lock=False).require()[name] if users else base.digest
+            digest = resolve(spec, stacks[:1], use_lock=False).require()[name] if stacks else base.digest
             if not digest:
                 raise SpecError(f"base {name!r} is used by no stack and declares no digest; nothing to resolve")
             facts = probe(engine, f"{ref}@{digest}", spec.kinds.values())
@@ -92,10 +122,29 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
         entries[name] = {"image": ref, "digest": digest, "probed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                          "facts": facts}
         say(f"{name}: {ref}@{digest}: " + ", ".join(f"{k} {v}" for k, v in facts.items() if v is not None))
+    for name in layers:
+        stack = users[name]
+        try:
+            base_digest = (entries.get(stack.base.name) or {}).get("digest")
+            if not base_digest:
+                raise SpecError(f"layer {name!r}: its base {stack.base.name!r} could not be locked")
+            ref, digest = layer_image(spec, stack, name, base_digest)
+            facts = probe(engine, f"{ref.rsplit(':', 1)[0]}@{digest}", spec.kinds.values())
+        except ImgbuildError as exc:
+            failures.append(exc)
+            say(f"{name}: not locked: {exc.message}")
+            continue
+        layer_entries[name] = {"image": ref, "digest": digest,
+                               "probed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                               "definition": stack.layer_definition(name, base_digest), "facts": facts}
+        say(f"{name}: {ref} ({digest[:19]}): " + ", ".join(f"{k} {v}" for k, v in facts.items() if v is not None))
     path = lock_path(spec.file)
+    data = {"version": LOCK_VERSION, "bases": dict(sorted(entries.items()))}
+    if layer_entries:
+        data["layers"] = dict(sorted(layer_entries.items()))
     text = ("# Written by `imgbuild lock`: what each base resolved to and what was measured inside it.\n"
             "# null: measured, not installed; a fact that is missing was not measured. Do not edit.\n"
-            + yaml.safe_dump({"version": LOCK_VERSION, "bases": dict(sorted(entries.items()))}, sort_keys=False))
+            + yaml.safe_dump(data, sort_keys=False))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".stacks.lock.")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)

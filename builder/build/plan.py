@@ -144,6 +144,9 @@ def _resolve_args(check: CheckSpec, layer: LayerDef, stack: Stack) -> CheckSpec:
             if not stack.compiles_cuda(layer):
                 return None
             return CudaTargets.of(stack, layer).spell("TORCH_CUDA_ARCH_LIST", ptx=dict(layer.params).get("ptx") is True)
+        if isinstance(value, list):   # a list of values and references: the values given, flattened
+            found = [resolve(v) for v in value]
+            return [x for v in found for x in (v if isinstance(v, list) else [v]) if x is not None]
         if isinstance(value, str) and value.startswith("param:"):
             given = layer.param(value[6:])
             # A removal's reason is for people: rewording it must not make the checks new (a revalidation).

@@ -122,9 +122,9 @@ def environment(where: Path | Templates) -> jinja2.Environment:
 class CudaTargets:
     """The one arch list of a stack, spelled the ways the build tools want it."""
 
-    torch_arch_list: str      # 9.0;10.0  (TORCH_CUDA_ARCH_LIST, DeepSpeed, apex)
-    nvte_archs: str           # 90;100    (NVTE_CUDA_ARCHS: integers, TE issue #976)
-    cmake_archs: str          # 90;100    (CMAKE_CUDA_ARCHITECTURES)
+    torch_arch_list: str      # 9.0;10.0  (TORCH_CUDA_ARCH_LIST, DeepSpeed, apex; 9.0a with arch_suffix a)
+    nvte_archs: str           # 90;100    (NVTE_CUDA_ARCHS: integers, TE issue #976; 90a)
+    cmake_archs: str          # 90;100    (CMAKE_CUDA_ARCHITECTURES; 90a-real when spelt)
 
     # The variables a build may read the arch list from, as `arch_env` names them. flash-attn reads
     # FLASH_ATTN_CUDA_ARCHS (integers) and ignores TORCH_CUDA_ARCH_LIST; CMake reads its own spelling.
@@ -135,8 +135,15 @@ class CudaTargets:
     def of(cls, stack: Stack, layer: LayerDef | None = None) -> "CudaTargets":
         """The stack's gpus, or a layer's own `gpus` parameter where it has one (a kernel library with
         code for some of the site's GPUs only, or for more of them)."""
-        own = dict(layer.params).get("gpus") if layer is not None else None
+        params = dict(layer.params) if layer is not None else {}
+        own = params.get("gpus")
         lst = arch_list(catalog.gpus()[g] for g in own) if own else stack.arch_list
+        suffix = params.get("arch_suffix")
+        if suffix:
+            # Arch-specific code (9.0a: Hopper's wgmma and TMA) exists from 9.0, family code (10.0f) from
+            # 10.0; an older GPU of the list keeps its plain entry, as sites write "8.0;9.0a".
+            floor = 9 if suffix == "a" else 10
+            lst = ";".join(cc + suffix if int(cc.split(".")[0]) >= floor else cc for cc in lst.split(";"))
         ints = ";".join(cc.replace(".", "") for cc in lst.split(";"))
         return cls(torch_arch_list=lst, nvte_archs=ints, cmake_archs=ints)
 

@@ -58,13 +58,17 @@ def _fetch_locked(repo: Path, pin: GitPin) -> Path:
         _git("remote", "add", "origin", pin.repo, cwd=tmp)
         tmp.rename(repo)
     if _git("cat-file", "-e", pin.commit, cwd=repo).returncode != 0:
-        proc = _git("fetch", "--quiet", "--tags", "origin", pin.commit, cwd=repo)
+        # --force: the pin is a sha, and a tag the remote moved since the last fetch (a re-tagged mirror)
+        # must not make git refuse the whole fetch ("would clobber existing tag").
+        proc = _git("fetch", "--quiet", "--force", "--tags", "origin", pin.commit, cwd=repo)
         if proc.returncode != 0:
             # Some servers refuse fetching a bare sha; fetch everything and look again.
-            proc = _git("fetch", "--quiet", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*", cwd=repo)
+            proc = _git("fetch", "--quiet", "--force", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*",
+                        cwd=repo)
         if proc.returncode != 0:
-            err = (proc.stderr or b"").decode(errors="replace").strip().splitlines()[-1:] or ["?"]
-            raise SourceError(f"cannot fetch {pin.repo}: {err[0]}",
+            err = [line for line in (proc.stderr or b"").decode(errors="replace").splitlines() if line.strip()][-1:]
+            raise SourceError(f"cannot fetch {pin.repo}: " + (err[0].strip() if err else
+                                                              f"git fetch exited {proc.returncode} and said nothing"),
                               hint="is the repository reachable from this machine (or a site mirror)?")
     verify(repo, pin)
     return repo

@@ -188,8 +188,8 @@ def load_kind(folder: Path) -> Kind:
             if isinstance(value, str) and value.startswith("stack:") and value[6:] not in STACK_VALUES:
                 raise doc.error(path + ("args", key), f"{value!r} names no value of the stack",
                                 hint="allowed: " + ", ".join("stack:" + v for v in STACK_VALUES))
-            named = ([value[6:]] if value.startswith("param:") else re.findall(r"\{param:([^}]*)\}", value)) \
-                if isinstance(value, str) else []
+            named = [n for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)
+                     for n in ([v[6:]] if v.startswith("param:") else re.findall(r"\{param:([^}]*)\}", v))]
             for pname in named:
                 if pname not in params:
                     raise doc.error(path + ("args", key), f"{value!r} names no parameter of this kind ({pname!r})")

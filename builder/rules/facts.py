@@ -58,6 +58,25 @@ def major_minor(v: Version) -> str:
     return ".".join(map(str, v.release[:2]))
 
 
+def agree(a, b) -> bool:
+    """Compared as versions (PEP 440), not as strings. Two values agree when their public versions are
+    equal (2.1a0 and 2.1.0a0) and their local labels do not differ: a value without a local label names
+    the public version and agrees with any build of it (declared 2.1.0a0, catalog 2.1.0a0+fe05266f), two
+    labels must be equal (2.1.0a0+abc is another build). A final release also agrees with a more precise
+    spelling of itself (3.12 and 3.12.3; 13.0.1 and 13.0.1.006); a pre-, post- or dev release does not."""
+    if not (isinstance(a, Version) and isinstance(b, Version)):
+        return str(a) == str(b)
+    if a.local and b.local and a.local != b.local:
+        return False
+    pa, pb = Version(a.public), Version(b.public)
+    if pa == pb:
+        return True
+    if pa.is_prerelease or pb.is_prerelease or pa.is_postrelease or pb.is_postrelease or pa.epoch != pb.epoch:
+        return False
+    n = min(len(pa.release), len(pb.release))
+    return pa.release[:n] == pb.release[:n]
+
+
 @dataclass
 class StackFacts:
     stack: Stack
@@ -67,6 +86,8 @@ class StackFacts:
     pins: dict = field(default_factory=dict)       # canonical package name -> (Version, key path, LayerDef)
     env: dict = field(default_factory=dict)        # variable -> (value, key path, LayerDef)
     lock_note: str = ""                            # why measured facts were not used, when they were not
+    layer_notes: list = field(default_factory=list)           # (LayerDef, why its measurement was not used)
+    layer_disagreements: list = field(default_factory=list)   # (LayerDef, fact, declared Fact, measured Fact)
 
     def get(self, name: str) -> Fact | None:
         return self.facts.get(name)
@@ -149,7 +170,31 @@ def resolve(spec: Spec, stack: Stack, lock: Any = None, below: str | None = None
         if layer.name == below:
             break
         _apply(sf, layer)
+        _measured_layer(spec, sf, layer, lock, names)
     return sf
+
+
+def _measured_layer(spec: Spec, sf: StackFacts, layer: LayerDef, lock: Any, names: tuple) -> None:
+    """What `imgbuild lock layer=NAME` measured in the layer's image replaces what the layer and those
+    beneath it declared, while the layer's definition (and everything beneath it) is the one measured."""
+    entry = lock.layers.get(layer.name) if lock is not None and getattr(lock, "layers", None) else None
+    if entry is None:
+        return
+    stack = sf.stack
+    if entry.definition != stack.layer_definition(layer.name, lock.base_digest(stack.base, spec.site)):
+        sf.layer_notes.append((layer, f"{lock.file} measured {entry.image} as it was defined then; it or a layer "
+                                      "beneath it, or the base, changed since"))
+        return
+    source = f"{lock.file}: probe of layer {layer.name} ({entry.image}, {entry.digest[:19]}) on {entry.probed}"
+    for name, value in entry.facts.items():
+        if name not in names:
+            continue
+        measured = Fact(as_version(value), "measured", source, True, (layer.section, layer.name))
+        before = sf.facts.get(name)
+        if before is not None and before.origin == "declared" and before.value is not None \
+                and not agree(before.value, measured.value):
+            sf.layer_disagreements.append((layer, name, before, measured))
+        sf.facts[name] = measured
 
 
 def _apply(sf: StackFacts, layer: LayerDef) -> None:

@@ -18,7 +18,7 @@ from packaging.version import Version
 from builder.rules import catalog
 from builder.load import versions
 from builder.rules.catalog import Known, driver_tuple
-from builder.rules.facts import ORIGINS, Fact, StackFacts, major_minor, resolve
+from builder.rules.facts import agree, ORIGINS, Fact, StackFacts, major_minor, resolve
 from builder.rules.findings import Finding, ordered, strict as make_strict
 from builder.rules.lint import ARCH_VARIANT
 from builder.build.lockfile import load_lock
@@ -551,25 +551,6 @@ def nccl_skew(ctx: Ctx) -> Iterator[Finding]:
                            f"{name}=={pinned} replaces it", [torch], pin, fix=f"pin {name}=={pin.value} or leave it to torch")
 
 
-def _agree(a, b) -> bool:
-    """Compared as versions (PEP 440), not as strings. Two values agree when their public versions are
-    equal (2.1a0 and 2.1.0a0) and their local labels do not differ: a value without a local label names
-    the public version and agrees with any build of it (declared 2.1.0a0, catalog 2.1.0a0+fe05266f), two
-    labels must be equal (2.1.0a0+abc is another build). A final release also agrees with a more precise
-    spelling of itself (3.12 and 3.12.3; 13.0.1 and 13.0.1.006); a pre-, post- or dev release does not."""
-    if not (isinstance(a, Version) and isinstance(b, Version)):
-        return str(a) == str(b)
-    if a.local and b.local and a.local != b.local:
-        return False
-    pa, pb = Version(a.public), Version(b.public)
-    if pa == pb:
-        return True
-    if pa.is_prerelease or pb.is_prerelease or pa.is_postrelease or pb.is_postrelease or pa.epoch != pb.epoch:
-        return False
-    n = min(len(pa.release), len(pb.release))
-    return pa.release[:n] == pb.release[:n]
-
-
 @rule("IB090", "the base's facts disagree (measured, declared, catalog)")
 def base_facts(ctx: Ctx) -> Iterator[Finding]:
     base = ctx.stack.base
@@ -581,11 +562,20 @@ def base_facts(ctx: Ctx) -> Iterator[Finding]:
         options = ctx.facts.options.get(name, [])
         used = options[0] if options else None
         for other in options[1:]:
-            if not _agree(used.value, other.value):
+            if not agree(used.value, other.value):
                 yield ctx.find("IB090", "warning", used.key if used.origin == "declared" else other.key,
                                f"base {base.name}: {name} is {used.value} ({used.origin}) but {other.value} "
                                f"({other.origin}); preflight uses the {used.origin} value", [used, other],
                                fix=f"correct bases.{base.name}.provides.{name}, or run imgbuild lock to measure it")
+    # Layers that make a base of their own (CUDA and torch from PyPI), measured with `lock layer=NAME`.
+    for layer, note in ctx.facts.layer_notes:
+        yield ctx.find("IB091", "warning", (layer.section, layer.name), f"measured facts of layer {layer.name} "
+                       f"ignored: {note}", source=f"the lock file's definition of layer {layer.name}",
+                       fix=f"imgbuild lock layer={layer.name}")
+    for layer, name, declared, measured in ctx.facts.layer_disagreements:
+        yield ctx.find("IB093", "warning", declared.key, f"layer {layer.name}: {name} is declared {declared.value} "
+                       f"but measured {measured.value} in its image; preflight uses the measured value",
+                       [declared, measured], fix=f"correct {dotted(declared.key)}")
 
 
 # -- running the rules ------------------------------------------------------------------------------
