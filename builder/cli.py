@@ -381,6 +381,90 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
     echo(f"ok: {count} file(s) linted: {summary(found)}")
 
 
+@app.command(name="node-check")
+def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (its released image) or an image "
+                                                      "reference; none with --squashfs or --from-log."),
+               procs: int = typer.Option(2, "--procs", "-n", min=1, max=64,
+                                         help="Ranks on this node (one per GPU where there are GPUs)."),
+               gpus: Optional[bool] = typer.Option(None, "--gpus/--no-gpus",
+                                                   help="NCCL on the engine's GPUs (default: when it has any)."),
+               json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+               only: Optional[str] = typer.Option(None, "--only", help="Comma-separated check ids."),
+               emit_sbatch: Optional[Path] = typer.Option(None, "--emit-sbatch", help="Write a Slurm batch script "
+                                                          "that runs the check over --nodes nodes, and do not run it."),
+               nodes: int = typer.Option(2, "--nodes", min=1, help="Nodes of the batch job."),
+               gpus_per_node: int = typer.Option(0, "--gpus-per-node", min=0,
+                                                 help="GPUs per node of the batch job (then one task per GPU)."),
+               from_log: Optional[Path] = typer.Option(None, "--from-log", help="Read the report from a batch "
+                                                       "job's output instead of running the check."),
+               squashfs: Optional[Path] = typer.Option(None, "--squashfs", help="Run the check inside an exported "
+                                                       "squashfs (imgbuild export), started as Enroot starts it."),
+               file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
+               docker: Optional[str] = typer.Option(None, "--docker")) -> None:
+    """Run the consistency check with an image on this node: matmul against a reference, collectives and
+    all-reduce bus bandwidth, DeepSpeed ZeRO-2 steps, Megatron-Core TP/PP, the environment of every rank.
+    Exit 8 when a check fails, naming the ranks that disagreed."""
+    import json as _json
+    import shutil as _shutil
+    from builder.build.engine import Engine
+    from builder import nodecheck
+    from builder.nodecheck import sbatch
+    env: dict = {}
+    if target is None and squashfs is None and from_log is None:
+        raise SpecError("name the image to check: stack=NAME, an image reference, --squashfs FILE or --from-log FILE")
+    if target is None:
+        image = str(squashfs or from_log)
+    elif target.startswith("stack="):
+        spec = load_spec(file, kinds=kinds or None)
+        name = select(spec, [target], False)[0]
+        image = nodecheck.released_image(spec, name) if from_log is None and squashfs is None else target
+        env = nodecheck.runtime_env(spec.stack(name))
+    else:
+        image = target
+    if emit_sbatch is not None:
+        worker = emit_sbatch.resolve().with_name("imgbuild-node-check-worker.py")
+        _shutil.copyfile(nodecheck.WORKER, worker)
+        text = sbatch.script(image, str(worker), nodes, gpus_per_node or procs, gpus_per_node, env=env,
+                             worker_args=["--only", only] if only else None)
+        emit_sbatch.write_text(text)
+        emit_sbatch.chmod(0o755)
+        echo(f"ok: {emit_sbatch} (and {worker}): {nodes} node(s) x {gpus_per_node or procs} task(s); "
+             f"submit with: sbatch {emit_sbatch}")
+        return
+    if from_log is not None:
+        text = from_log.read_text(errors="replace")
+        report = nodecheck.parse(image, text, text, 0)
+    elif squashfs is not None:
+        report = nodecheck.run_squashfs(squashfs, procs=procs, options={"only": only} if only else None)
+    else:
+        report = nodecheck.run(Engine.detect(docker), image, procs=procs, gpus=gpus,
+                               options={"only": only} if only else None)
+    echo(_json.dumps(report.to_json(), indent=1) if json_out else nodecheck.table(report))
+    if not report.ok:
+        failed = [r for r in report.results if r["status"] == "failed"]
+        raise nodecheck.NodeCheckFailed(", ".join(f"{r['id']} (rank {', '.join(map(str, r['bad_ranks'])) or '?'})"
+                                                  for r in failed) + f" failed on {image}")
+
+
+@app.command()
+def export(target: str = typer.Argument(..., help="stack=NAME (its released image) or an image reference by digest."),
+           fmt: str = typer.Option("squashfs", "--format", help="squashfs: an Enroot / pyxis image."),
+           out: Path = typer.Option(..., "--out", "-o", help="The file to write (FILE.json beside it: its record)."),
+           file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt) -> None:
+    """Export a released image for a cluster: the same digest always gives the same bytes."""
+    from builder import export as exporter
+    from builder import nodecheck
+    if fmt != "squashfs":
+        raise SpecError(f"--format {fmt!r} is not a format imgbuild exports", hint="formats: squashfs")
+    if target.startswith("stack="):
+        spec = load_spec(file, kinds=kinds or None)
+        image = nodecheck.released_image(spec, select(spec, [target], False)[0])
+    else:
+        image = target
+    record = exporter.squashfs(image, out, say=lambda line: echo(line))
+    echo(f"ok: {out} ({record['size'] / 1e9:.2f} GB, {record['sha256'][:19]}) from {image} in {record['seconds']} s")
+
+
 @app.command()
 def probe(target: str = typer.Argument(..., help="base=NAME, or layer=NAME (its image in the registry)"),
           file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,

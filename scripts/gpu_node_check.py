@@ -5,8 +5,9 @@ What it does, in order (each torch step in a child process of its own, with a ti
   * node facts: nvidia-smi (driver, GPU, memory), nvcc, whether Python.h is there for JIT builds;
   * torch facts: version, CUDA, cuDNN, NCCL, device name, capability, arch list;
   * built-in checks: an NCCL all-reduce (torch.distributed, world_size 1), a bf16 matmul timing
-    (n x n x n, TFLOP/s), and a Megatron-Core smoke test (parallel_state tp=1 pp=1, a tiny GPTModel
-    on the local spec, one forward + backward);
+    (n x n x n, TFLOP/s), imgbuild's node check (builder/nodecheck/worker.py, one rank per GPU: the
+    same code `imgbuild node-check` runs in an image), and a Megatron-Core smoke test (parallel_state
+    tp=1 pp=1, a tiny GPTModel on the local spec, one forward + backward);
   * every `gpu: true` check of layers/*/kind.yaml whose modules are importable here (the others are
     skipped, naming the missing module). A check's `when_op` is ignored here: DeepSpeed ops that an
     image would prebuild are JIT-compiled instead (TORCH_CUDA_ARCH_LIST from the GPU when unset).
@@ -40,6 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_TAG = "@@GPU_CHECK_RESULT "
+NODE_CHECK_TAG = "@@IMGBUILD_NODE_CHECK "   # builder/nodecheck/worker.py's report line
 CUDA_MATH_HEADERS = ("cusparse.h", "cublas_v2.h", "cublasLt.h", "cusolverDn.h", "cusolver_common.h")
 WATCHED_DISTS = ("torch", "triton", "deepspeed", "megatron-core", "transformer-engine", "apex", "pydantic",
                  "pydantic-core", "numpy", "ninja", "pyyaml")
@@ -426,6 +428,7 @@ class Runner:
                               timeout=min(self.args.timeout, 150),
                               extra_env={"GPU_CHECK_N": str(self.args.matmul_n),
                                          "GPU_CHECK_ITERS": str(self.args.matmul_iters)})
+        self.node_check(no_gpu, tf)
         if self.selected("megatron-gpt-smoke") and (not no_gpu or self.args.cpu_smoke):
             name = "megatron-gpt-smoke" + ("[cpu]" if no_gpu else "")
             missing = missing_modules(["torch", "megatron.core"])
@@ -434,6 +437,29 @@ class Runner:
             else:
                 self.run_code(name, "builtin", MEGATRON_SMOKE, lambda o: "fwd+bwd ok",
                               extra_env={"GPU_CHECK_DEVICE": "cpu" if no_gpu else "cuda"})
+
+    def node_check(self, no_gpu, tf):
+        """imgbuild's node check (builder/nodecheck/worker.py, the one code path `imgbuild node-check` runs
+        in an image) natively here: one rank per GPU with NCCL. Each of its checks is recorded as
+        node-check:ID, with the ranks that disagreed."""
+        if not self.selected("node-check"):
+            return
+        if no_gpu:
+            return self.record("node-check", "builtin", "skipped", no_gpu + " (imgbuild node-check runs the same "
+                               "worker with gloo in an image)")
+        procs = self.args.node_check_procs or int(tf.get("device_count") or 1)
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0", "--master-addr",
+                "127.0.0.1", "--master-port", str(free_port()), "--nproc-per-node", str(procs),
+                str(ROOT / "builder" / "nodecheck" / "worker.py")]
+        rc, out, _, secs = run_child(argv, self.env, self.args.timeout * 3)
+        line = next((l for l in reversed(out.splitlines()) if l.startswith(NODE_CHECK_TAG)), None)
+        if line is None:
+            return self.record("node-check", "builtin", "failed", f"exit {rc}: {last_error_line(out)}", secs, out)
+        report = json.loads(line[len(NODE_CHECK_TAG):])
+        for r in report["results"]:
+            ranks = f" [rank {', '.join(map(str, r['bad_ranks']))}]" if r["bad_ranks"] else ""
+            self.record(f"node-check:{r['id']}", f"builtin, {report['world_size']} ranks {report['backend']}",
+                        r["status"], r["detail"] + ranks, r.get("seconds", 0.0), data=r.get("numbers") or None)
 
     def layer_checks(self, no_gpu):
         print("== layer checks (gpu: true, from layers/*/kind.yaml)", flush=True)
@@ -568,6 +594,8 @@ def main(argv=None):
     p.add_argument("--cpu-checks", action="store_true", help="also run the kinds' python checks not marked gpu")
     p.add_argument("--cpu-smoke", action="store_true",
                    help="without a GPU, run the Megatron smoke test on CPU (gloo) instead of skipping it")
+    p.add_argument("--node-check-procs", type=int, default=0,
+                   help="ranks of imgbuild's node check (default: one per GPU)")
     p.add_argument("--json", help="write the results here (default: $OUT/gpu-checks.json when OUT is set)")
     p.add_argument("-v", "--verbose", action="store_true", help="show each check's output, not only on failure")
     args = p.parse_args(argv)

@@ -7,6 +7,7 @@
 #   5. check that built-in BuildKit works (RUN --mount=type=secret) and print a summary
 #   6. make the smoke project's git mirror; 7. install gitlab-ci-local (npm; only if missing), with
 #      which tests/test_docker_gitlab.py runs a generated pipeline (rsync, which it needs, is in step 1)
+#   8. start a one-machine Slurm cluster (scripts/slurm-local.sh) for the node check's batch job
 # Idempotent: a second run only checks and takes seconds.
 #
 # Env knobs:
@@ -30,7 +31,8 @@ REGISTRY_DIR="$STATE_DIR/registry"
 REGISTRY_CONFIG="$REGISTRY_DIR/config.yml"
 ROOTFS_DIR="$STATE_DIR/rootfs-$SUITE"
 ROOTFS_MARKER="$STATE_DIR/rootfs-$SUITE.complete"   # outside the rootfs so it never lands in the image
-PACKAGES=(docker.io docker-registry skopeo debootstrap debian-archive-keyring gpgv git curl ca-certificates iptables xz-utils pigz tar util-linux rsync)
+PACKAGES=(docker.io docker-registry skopeo debootstrap debian-archive-keyring gpgv git curl ca-certificates iptables xz-utils pigz tar util-linux rsync
+          squashfs-tools umoci slurm-wlm munge)   # export (issue 14) and the one-machine Slurm cluster
 GITLAB_CI_LOCAL_VERSION=4.73.0  # 4.74 and later need Node 22
 
 export DEBIAN_FRONTEND=noninteractive
@@ -270,6 +272,13 @@ else
         die "gitlab-ci-local $GITLAB_CI_LOCAL_VERSION is not on PATH after npm install -g (log: $LOG_DIR/npm.log)"
     step_done "installed $GITLAB_CI_LOCAL_VERSION"
 fi
+
+# ---------------------------------------------------------------- 8. Slurm
+# A one-machine cluster (slurmctld + slurmd) on which the node check's batch job runs (tests/test_docker_nodecheck.py).
+step "slurm"
+bash "$(dirname "$0")/slurm-local.sh" start >"$LOG_DIR/slurm.log" 2>&1 ||
+    { tail -n 30 "$LOG_DIR/slurm.log" >&2; die "scripts/slurm-local.sh start failed (log: $LOG_DIR/slurm.log)"; }
+step_done "$(tail -n 1 "$LOG_DIR/slurm.log")"
 
 # ---------------------------------------------------------------- summary
 cat >"$STATE_DIR/host.env" <<EOF

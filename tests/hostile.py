@@ -235,8 +235,8 @@ def corpus() -> list[Input]:
     # versions and YAML 1.1 scalars
     for name, old, new in (
         ("wildcard-pin", 'tools: ["setuptools==80.9.0"', 'tools: ["setuptools==80.*"'),
-        ("wildcard-ds", '{version: "0.19.8", ops: [cpu_adam]}', '{version: "0.19.8", ops: [cpu_adam], packages: ["protobuf==3.20.*"]}'),
-        ("yaml11-off-version", 'params: {version: "0.19.8", ops: [cpu_adam]}', "params: {version: 0.10, ops: [cpu_adam]}"),
+        ("wildcard-ds", '{version: "0.19.8", ops: [cpu_adam, deepspeed_shm_comm]}', '{version: "0.19.8", ops: [cpu_adam], packages: ["protobuf==3.20.*"]}'),
+        ("yaml11-off-version", 'params: {version: "0.19.8", ops: [cpu_adam, deepspeed_shm_comm]}', "params: {version: 0.10, ops: [cpu_adam]}"),
         ("yaml11-on-env-key", 'env: {OMP_NUM_THREADS: "2", DS_ACCELERATOR: "cpu"}', 'env: {ON: "2", DS_ACCELERATOR: "cpu"}'),
         ("yaml11-off-value", 'env: {OMP_NUM_THREADS: "2", DS_ACCELERATOR: "cpu"}', 'env: {OMP_NUM_THREADS: off, DS_ACCELERATOR: "cpu"}'),
         ("yaml11-yes-name", "  cpu-env:\n    kind: runtime-env", "  cpu-env:\n    kind: yes"),

@@ -153,6 +153,11 @@ def world(tmp_path, monkeypatch):
         return results, {"dists": {"torch": "2.13.0+cpu", "deepspeed": "0.19.8"}, "python": "3.11.2"}
 
     monkeypatch.setattr(build_mod, "run_checks", run_checks)
+    # syft reads images from a real registry (test_docker_nodecheck.py); here the SBOM is a fixed document.
+    import builder.build.sbom as sbom_mod
+    monkeypatch.setattr(sbom_mod, "generate", lambda registry, repo, digest, timeout=0: json.dumps(
+        {"bomFormat": "CycloneDX", "components": [{"name": "torch", "version": "2.13.0+cpu",
+                                                   "purl": "pkg:pypi/torch@2.13.0%2Bcpu"}]}).encode())
     monkeypatch.setattr(build_mod, "assemble_context", lambda node, conf, dest: dest)
     conf = HostConf(ca_bundle=None, wheelhouse=None, netrc=None, pip_index_url=None)
 

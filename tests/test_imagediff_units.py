@@ -15,6 +15,7 @@ from builder.errors import DiffError
 from builder.diff.imagediff import compare, diff_images, direction, dpkg_compare, resolve
 from builder.build.layout import artifact_tag
 from builder.build.manifest import ARTIFACT_TYPE, OCI_MANIFEST
+from builder.build.sbom import SBOM_TYPE, sbom_tag
 from builder.load.spec import Site
 
 DOCKER_V2 = "application/vnd.docker.distribution.manifest.v2+json"
@@ -66,7 +67,7 @@ class FakeRegistry:
         return {"digest": digest, "size": len(data)}
 
     def image(self, repo: str, tag: str, config: dict, layers: list[tuple[bytes, int]], recorded: dict | None = None,
-              artifact_repo: str | None = None) -> str:
+              artifact_repo: str | None = None, sbom: dict | None = None) -> str:
         cfg = self.blob(json.dumps(config).encode())
         body = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_V2,
                            "config": {"mediaType": "application/vnd.docker.container.image.v1+json", **cfg},
@@ -80,6 +81,13 @@ class FakeRegistry:
             art = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": self.blob(b"{}"),
                               "layers": [{"mediaType": ARTIFACT_TYPE, **rec}]}).encode()
             self.manifests[(artifact_repo or repo, artifact_tag(digest))] = (art, OCI_MANIFEST, "sha256:" + hashlib.sha256(art).hexdigest())
+        if sbom is not None:   # as builder.build.sbom.store writes it: CycloneDX components with purls
+            doc = {"bomFormat": "CycloneDX", "components": [{"name": n.split(" ", 1)[1], "version": v,
+                                                             "purl": f"pkg:{n.split(' ', 1)[0]}/{n.split(' ', 1)[1]}@{v}"}
+                                                            for n, v in sbom.items()]}
+            art = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": self.blob(b"{}"),
+                              "layers": [{"mediaType": SBOM_TYPE, **self.blob(json.dumps(doc).encode())}]}).encode()
+            self.manifests[(artifact_repo or repo, sbom_tag(digest))] = (art, OCI_MANIFEST, "sha256:" + hashlib.sha256(art).hexdigest())
         return digest
 
     def serve(self):
@@ -150,7 +158,8 @@ def registry():
                base_layers + [(b"project-v1", 30_000)],
                recorded({"torch": "2.12.0", "numpy": "2.4.6", "deepspeed": "0.19.8", "smoke-train": "1.0.0"},
                         {"project.smoke": "passed", "deepspeed.fused-adam-step": "skipped"},
-                        {"torch": "2.12.0", "deepspeed": "0.19.8", "python": "3.11.2"}))
+                        {"torch": "2.12.0", "deepspeed": "0.19.8", "python": "3.11.2"}),
+               sbom={"deb libc6": "2.36-9+deb12u13", "pypi torch": "2.12.0", "pypi numpy": "2.4.6"})
     fake.image("ns/layers/smoke-train", "v2",
                config(["PATH=/bin", "OMP_NUM_THREADS=2"], {"io.imgbuild.layer": "smoke-train", "src": "a@v2"},
                       ["FROM debian", "RUN pip install torch", "RUN pip install six==1.16.0 ."]),
@@ -160,7 +169,8 @@ def registry():
                         {"project.smoke": "passed", "deepspeed.fused-adam-step": "skipped"},
                         {"torch": "2.13.0", "deepspeed": "0.19.8", "python": "3.11.2"},
                         deb={"libc6": "2.36-9+deb12u14"}),
-               artifact_repo="ns/layers/smoke-train")
+               artifact_repo="ns/layers/smoke-train",
+               sbom={"deb libc6": "2.36-9+deb12u14", "pypi torch": "2.13.0", "pypi numpy": "2.3.0", "pypi six": "1.16.0"})
     # A release tag: the same image copied to NAMESPACE/STACK; the artifact stays beside the layer image.
     fake.manifests[("ns/cpu-smoke", "cpu-smoke")] = fake.manifests[("ns/layers/smoke-train", "v2")]
     fake.image("elsewhere/app", "1", config(["PATH=/bin", "HOME=/root"], {"vendor": "x"}, ["FROM debian", "COPY . /app"]),
@@ -184,6 +194,10 @@ def test_two_recorded_images(registry):
     assert not sections["checks"].changes and sections["checks"].same == 2
     assert [c.name for c in sections["labels"].changes] == ["src"]
     assert [c.direction for c in sections["history"].changes] == ["changed"]
+    # The SBOMs beside the two images (the release tag's found beside its layer image): package changes.
+    assert [(c.name, c.old, c.new) for c in sections["sbom"].changes] == [
+        ("deb libc6", "2.36-9+deb12u13", "2.36-9+deb12u14"), ("pypi numpy", "2.4.6", "2.3.0"),
+        ("pypi six", None, "1.16.0"), ("pypi torch", "2.12.0", "2.13.0")]
     # Metadata only: the layer blobs were never asked for.
     layer_digests = {hashlib.sha256(s).hexdigest() for s in (b"debian", b"torch", b"project-v1", b"project-v2")}
     assert not any(g.split(":")[-1] in layer_digests for g in fake.blob_gets)
@@ -195,8 +209,9 @@ def test_an_image_without_a_manifest_is_compared_by_config_and_layers(registry):
     d = diff_images(f"{host}/ns/layers/smoke-train:v1", f"{host}/elsewhere/app:1")
     assert d.versions == ()
     assert d.not_compared == ["versions", "python packages", "ds_report ops", "compiled arch coverage", "checks",
-                              "debian packages"]
-    assert all(s.note == "no imgbuild manifest for B" for s in d.sections if not s.compared)
+                              "debian packages", "packages (SBOM)"]
+    assert all(s.note == "no imgbuild manifest for B" for s in d.sections if not s.compared and s.id != "sbom")
+    assert {s.id: s for s in d.sections}["sbom"].note == f"no SBOM stored beside {host}/elsewhere/app:1"
     sections = {s.id: s for s in d.sections}
     assert sections["env"].title == "config env"
     assert [c.name for c in sections["env"].changes] == ["OMP_NUM_THREADS"]     # HOME is per container
@@ -213,7 +228,7 @@ def test_the_three_formats(registry):
     table = render(d, "table").splitlines()
     assert table[0] == "imgbuild diff: images"
     assert table[5] == ("different: versions (1), python packages (3), labels (1), layers (1), debian packages (1), "
-                        "history (1)")
+                        "history (1), packages (SBOM) (4)")
     assert table[7:11] == ["versions     A       B", "  torch      2.12.0  2.13.0  upgrade",
                            "  python     3.11.2  3.11.2", "  deepspeed  0.19.8  0.19.8"]   # platform first
     assert table[12:16] == ["python packages: 1 upgrade, 1 downgrade, 1 added, 2 same",

@@ -171,12 +171,16 @@ class Engine:
 
     def run_container(self, image: str, argv: Sequence[str], *, mounts: Sequence[tuple[str, str]] = (),
                       gpus: bool = False, network: bool = False, input: str | None = None,
-                      timeout: float = 900) -> Result:
+                      timeout: float = 900, env: dict | None = None, shm_size: str | None = None) -> Result:
         cmd = ["run", "--rm", "-i"]
         if not network:
             cmd += ["--network", "none"]
         if gpus:
             cmd += ["--gpus", "all"]
+        if shm_size:
+            cmd += ["--shm-size", shm_size]     # NCCL and gloo exchange through /dev/shm
+        for key, value in sorted((env or {}).items()):
+            cmd += ["--env", f"{key}={value}"]
         for src, dst in mounts:
             cmd += ["--volume", f"{src}:{dst}:ro"]
         cmd += ["--entrypoint", argv[0], image, *argv[1:]]

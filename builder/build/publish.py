@@ -18,6 +18,7 @@ from typing import Callable
 from builder.errors import ImgbuildError
 from builder.build.manifest import fetch_manifest, verdict
 from builder.build.layout import layer_repo, release_record_tag, release_repo
+from builder.build import sbom
 from builder.build.plan import Plan
 from builder.build.registry import Registry
 from builder.load.spec import Spec
@@ -135,9 +136,12 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
             raise PublishError(f"{src_repo}@{digest} vanished from the registry; no tag was moved")
         manifest, media_type, _ = found
         dst_repo = release_repo(spec.site.namespace, name)
+        # Every released image has its SBOM beside it, made before any tag names the image.
+        sbom.ensure(reg, spec.site.registry, src_repo, digest, say)
         # Make every blob available in the release repository before any tag points there.
         for blob in [manifest["config"]] + manifest.get("layers", []):
             reg.mount_blob(dst_repo, blob["digest"], src_repo)
+        sbom.copy(reg, digest, src_repo, dst_repo)
         body = reg.manifest_bytes(src_repo, digest, media_type)
         for tag in tags:
             moves.append((name, dst_repo, tag, body, media_type, digest))

@@ -19,6 +19,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.errors import DiffError
 from builder.build.layout import layer_of_release, release_repo
+from builder.build import sbom
 from builder.build.manifest import VOLATILE_ENV, fetch_manifest
 from builder.build.plan import PLATFORM
 from builder.build.registry import Ref, Registry
@@ -45,6 +46,7 @@ class Image:
     config_size: int
     config: dict = field(hash=False)
     recorded: dict | None = field(default=None, hash=False)   # the imgbuild manifest, when stored
+    sbom: dict | None = field(default=None, hash=False)       # {TYPE NAME: version} from its SBOM, when stored
 
     @property
     def size(self) -> int:
@@ -213,21 +215,35 @@ def fetch_image(reg: Registry, text: str, ref: Ref) -> Image:
     return Image(ref=text, location=f"{ref.registry}/{ref.repo}@{digest}", digest=digest,
                  layers=tuple((l["digest"], int(l.get("size", 0))) for l in manifest.get("layers", [])),
                  config_size=int(manifest["config"].get("size", 0)), config=config,
-                 recorded=_recorded(reg, ref.repo, digest, image_digest, config))
+                 recorded=_beside(fetch_manifest, reg, ref.repo, digest, image_digest, config),
+                 sbom=_sbom(reg, ref.repo, digest, image_digest, config))
 
 
-def _recorded(reg: Registry, repo: str, digest: str, image_digest: str, config: dict) -> dict | None:
-    """The stored manifest: beside the image, or, for a release tag, beside its layer image
-    (NAMESPACE/STACK is a copy of NAMESPACE/layers/LAYER, whose repository holds the artifact)."""
+def _beside(fetch, reg: Registry, repo: str, digest: str, image_digest: str, config: dict):
+    """What imgbuild stored beside the image (its manifest, its SBOM): beside it, or, for a release tag,
+    beside its layer image (NAMESPACE/STACK is a copy of NAMESPACE/layers/LAYER)."""
     layer = ((config.get("config") or {}).get("Labels") or {}).get("io.imgbuild.layer")
     copied = layer_of_release(repo, layer) if layer else None
     repos = [repo] + ([copied] if copied else [])
     for where in dict.fromkeys(repos):
         for d in dict.fromkeys((digest, image_digest)):
-            found = fetch_manifest(reg, where, d)
+            found = fetch(reg, where, d)
             if found:
                 return found
     return None
+
+
+def _sbom(reg: Registry, repo: str, digest: str, image_digest: str, config: dict) -> dict | None:
+    doc = _beside(sbom.fetch, reg, repo, digest, image_digest, config)
+    return sbom.packages(doc) if doc else None
+
+
+def _sbom_section(a: Image, b: Image) -> Section:
+    """Package changes from the two SBOMs (every ecosystem syft sees: deb, pypi, binaries), no layer read."""
+    if a.sbom is None or b.sbom is None:
+        missing = ", ".join(i.ref for i in (a, b) if i.sbom is None)
+        return Section("sbom", "packages (SBOM)", compared=False, note=f"no SBOM stored beside {missing}")
+    return compare_maps("sbom", "packages (SBOM)", a.sbom, b.sbom)
 
 
 # -- comparing -------------------------------------------------------------------------------------
@@ -346,7 +362,7 @@ def compare(a: Image, b: Image) -> tuple[tuple, tuple]:
         compare_maps("labels", "labels", ca.get("Labels") or {}, cb.get("Labels") or {}),
         _layers(a, b), recorded["debian_packages"],
         compare_maps("config", "config", _config(a), _config(b)),
-        _history_section(a, b),
+        _history_section(a, b), _sbom_section(a, b),
     )
     return (rows if recorded["versions"].compared else ()), sections
 

@@ -38,7 +38,7 @@ GENCODE = re.compile(r"(?:arch=compute_|code=sm_)(\d+a?)")
 # '+cu12torch2.6' is how flash-attn names its wheels.
 CUDA_FLAVOUR = re.compile(r"(?:-cu(\d{2,3})\b|^cupy-cuda(\d+)x\b|\+cu(\d{2,3})(?:\b|(?=torch))|/whl/cu(\d{2,3})\b)")
 TORCH_FAMILY = {"torch", "torchvision", "torchaudio"}
-CPU_DS_OPS = {"CPU_ADAM", "CPU_ADAGRAD", "CPU_LION", "AIO"}
+CPU_DS_OPS = {"CPU_ADAM", "CPU_ADAGRAD", "CPU_LION", "AIO", "SHM_COMM"}   # host code only: no arch list
 # Commands whose failure changes nothing a build relies on: cleanup and diagnostics. `X || true` is harmless.
 HARMLESS = {"rm", "rmdir", "unlink", "ls", "find", "du", "df", "cat", "echo", "printf", "which", "type", "test", "[",
             "nvidia-smi", "pkill", "kill", "killall", "umount", "ldconfig", "sync", "true"}

@@ -12,6 +12,7 @@ RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
     if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
     export DS_BUILD_CPU_ADAM=1; \
+    export DS_BUILD_SHM_COMM=1; \
     python -m pip install --progress-bar off --no-build-isolation deepspeed==0.19.8
 
 LABEL io.imgbuild.layer="ds-0.19.8-cpu" \

