@@ -423,9 +423,9 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
         image = target
     if emit_sbatch is not None:
         worker = emit_sbatch.resolve().with_name("imgbuild-node-check-worker.py")
-        _shutil.copyfile(nodecheck.WORKER, worker)
         text = sbatch.script(image, str(worker), nodes, gpus_per_node or procs, gpus_per_node, env=env,
-                             worker_args=["--only", only] if only else None)
+                             worker_args=["--only", only] if only else None)   # refused before anything is written
+        _shutil.copyfile(nodecheck.WORKER, worker)
         emit_sbatch.write_text(text)
         emit_sbatch.chmod(0o755)
         echo(f"ok: {emit_sbatch} (and {worker}): {nodes} node(s) x {gpus_per_node or procs} task(s); "

@@ -95,3 +95,13 @@ def test_a_report_read_from_a_job_log_fails_the_command_naming_the_rank(tmp_path
     res = run_cli("node-check", "job-7", "--from-log", log, "-f", STACKS)
     assert res.code == 8 and "matmul (rank 1) failed" in res.err, res.output
     assert "FAIL matmul" in res.out
+
+
+@pytest.mark.parametrize("image", ["reg/x@sha256:1; rm -rf /", "reg/x:$(id)", "reg/x y", "reg/x`id`"])
+def test_the_batch_script_refuses_what_a_shell_would_read_twice(tmp_path, image):
+    """The script hands the image to `srun bash -c "..."`: a reference that is not one is refused, not
+    quoted and hoped for."""
+    with pytest.raises(nodecheck.NodeCheckFailed, match="cannot carry safely"):
+        sbatch.script(image, "/shared/w.py", nodes=1, tasks_per_node=2)
+    res = run_cli("node-check", image, "--emit-sbatch", tmp_path / "job.sh", "-f", STACKS)
+    assert res.code == 8 and "cannot carry safely" in res.err and not list(tmp_path.iterdir())   # nothing written

@@ -7,9 +7,13 @@ report line into the job's output, which `imgbuild node-check --from-log` reads.
 
 from __future__ import annotations
 
+import re
 import shlex
 
-from builder.nodecheck import IN_IMAGE
+from builder.nodecheck import IN_IMAGE, NodeCheckFailed
+
+SAFE = re.compile(r"[A-Za-z0-9._:/@+-]+")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # Variables every rank's container gets from the task: torch.distributed's rendezvous, and what the
 # network and the check read. The stack's runtime variables are added to them.
@@ -22,6 +26,15 @@ def script(image: str, worker: str, nodes: int, tasks_per_node: int, gpus_per_no
            worker_args: list | None = None) -> str:
     """The batch script's text. env: the stack's runtime variables (its NCCL and IB settings), exported
     for every task, so the check sees what a training job on those nodes would."""
+    # The script splices these into commands a shell reads again (srun bash -c "..."): only the
+    # characters of image references and plain paths get there.
+    for what, value in (("image reference", image), ("worker path", worker)):
+        if not SAFE.fullmatch(value):
+            raise NodeCheckFailed(f"{what} {value!r} has characters a batch script cannot carry safely",
+                                  hint="letters, digits and . _ - / : @ only")
+    bad = [k for k in (env or {}) if not ENV_NAME.fullmatch(k)]
+    if bad:
+        raise NodeCheckFailed(f"{bad[0]!r} is not an environment variable name")
     env = dict(env or {})
     names = list(dict.fromkeys([*PASSED, *env]))
     q = shlex.quote
