@@ -58,14 +58,17 @@ def generate(registry: str, repo: str, digest: str, timeout: float = 1800) -> by
     return res.stdout
 
 
-def store(reg: Registry, repo: str, digest: str, body: bytes, image_size: int = 0) -> str:
+def store(reg: Registry, repo: str, digest: str, body: bytes) -> str:
+    found = reg.get_manifest(repo, digest)
+    if not found:
+        raise SbomError(f"{repo}@{digest} is not in the registry: no image to attach an SBOM to")
+    image_type, image_size = found[1], len(reg.manifest_bytes(repo, digest, found[1]))
     config = reg.put_blob(repo, b"{}")
     layer = reg.put_blob(repo, body)
     manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": SBOM_TYPE,
                 "config": {"mediaType": CONFIG_TYPE, "digest": config, "size": 2},
                 "layers": [{"mediaType": SBOM_TYPE, "digest": layer, "size": len(body)}],
-                "subject": {"mediaType": "application/vnd.docker.distribution.manifest.v2+json", "digest": digest,
-                            "size": image_size},
+                "subject": {"mediaType": image_type, "digest": digest, "size": image_size},
                 "annotations": {"io.imgbuild.subject": digest, "org.opencontainers.image.created.by": f"syft {SYFT_VERSION}"}}
     return reg.put_manifest(repo, sbom_tag(digest), json.dumps(manifest).encode(), OCI_MANIFEST)
 
