@@ -35,8 +35,8 @@ RESULT_TAG = "@@IMGBUILD_NODE_CHECK "
 # a wrong kernel or a flipped bit in the exponent.
 TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}
 ENV_PREFIXES = ("NCCL_", "CUDA_", "NVIDIA_", "OMP_", "DS_", "TORCH_", "UCX_", "FI_")
-# Per rank by nature: never compared.
-PER_RANK = {"hostname", "local_rank", "rank", "CUDA_VISIBLE_DEVICES_INDEX", "TORCHELASTIC_RUN_ID"}
+# Per rank by nature (Slurm binds one GPU per task): reported per rank, never compared.
+PER_RANK = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 
 
 def perturbed(rank: int, check: str) -> bool:
@@ -66,10 +66,7 @@ def result(check: str, status: str, detail: str, bad_ranks=(), numbers=None) -> 
 
 def check_env(ctx: Ctx) -> dict:
     torch = ctx.torch
-    seen = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
-    seen.pop("TORCHELASTIC_RUN_ID", None)
-    for k in [k for k in seen if k.startswith("TORCHELASTIC_") or k in ("TORCH_NCCL_ASYNC_ERROR_HANDLING",)]:
-        seen.pop(k)
+    seen = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES) and k not in PER_RANK}
     facts = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": str(torch.version.cuda),
              "devices": torch.cuda.device_count() if ctx.device.type == "cuda" else 0}
     if ctx.device.type == "cuda":
@@ -85,7 +82,8 @@ def check_env(ctx: Ctx) -> dict:
     snapshot = {**{f"env:{k}": v for k, v in seen.items()}, **facts}
     if perturbed(ctx.rank, "env"):
         snapshot["env:NCCL_IB_HCA"] = "mlx5_perturbed"
-    every = ctx.gather({"hostname": socket.gethostname(), "snapshot": snapshot})
+    every = ctx.gather({"hostname": socket.gethostname(), "snapshot": snapshot,
+                        "visible": {k: os.environ.get(k) for k in PER_RANK if os.environ.get(k) is not None}})
     keys = sorted({k for r in every for k in r["snapshot"]})
     bad, differs = set(), []
     for key in keys:
@@ -99,7 +97,7 @@ def check_env(ctx: Ctx) -> dict:
             differs.append(f"{key}: rank {', '.join(map(str, odd))} has "
                            f"{', '.join(repr(values[i]) for i in odd)}, the others {json.loads(common)!r}")
     hosts = sorted({r["hostname"] for r in every})
-    numbers = {"hosts": hosts, "rank0": every[0]["snapshot"]}
+    numbers = {"hosts": hosts, "rank0": every[0]["snapshot"], "visible_devices": [r["visible"] for r in every]}
     if differs:
         return result("env", "failed", "; ".join(differs), bad, numbers)
     return result("env", "passed", f"{len(keys)} values alike on {ctx.world} ranks ({len(hosts)} host(s)): "
