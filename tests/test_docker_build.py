@@ -372,7 +372,8 @@ def test_no_secret_in_any_layer_manifest_or_log(work, first):
     the registry, any log or report, or anything imgbuild printed."""
     reg = Registry(REGISTRY)
     layer_repos = [f"{NS}/layers/{l}" for l in ("cpu-torch-2.13", "ds-0.19.8-cpu", "smoke-train", "cpu-env")]
-    refs = [f"{REGISTRY}/{repo}:{tag}" for repo in layer_repos for tag in reg.tags(repo) if not tag.endswith(".imgbuild")]
+    artifacts = (".imgbuild", ".sbom")   # imgbuild's manifests and the releases' SBOMs: not images
+    refs = [f"{REGISTRY}/{repo}:{tag}" for repo in layer_repos for tag in reg.tags(repo) if not tag.endswith(artifacts)]
     assert len(refs) >= 4
     for ref in refs:
         subprocess.run(["/usr/bin/docker", "pull", "-q", ref], check=True, capture_output=True)
@@ -384,13 +385,15 @@ def test_no_secret_in_any_layer_manifest_or_log(work, first):
     for repo in layer_repos + [f"{NS}/cpu-smoke"]:
         for tag in reg.tags(repo):
             manifest, _, _ = reg.get_manifest(repo, tag)
-            blobs = [manifest.get("config", {})] + (manifest.get("layers", []) if tag.endswith(".imgbuild") else [])
+            blobs = [manifest.get("config", {})] + (manifest.get("layers", []) if tag.endswith(artifacts) else [])
             for blob in blobs:
                 h, _ = scan(reg.get_blob(repo, blob["digest"]), NEEDLES, f"{repo}:{tag}")
                 hits += h
                 stored += 1
             hits += scan(json.dumps(manifest).encode(), NEEDLES, f"{repo}:{tag} manifest")[0]
     assert hits == [] and stored >= 8
+    # The SBOM (syft read every package's metadata) was among what was scanned.
+    assert any(t.endswith(".sbom") for t in reg.tags(f"{NS}/cpu-smoke"))
     for log in list((work / "home").rglob("*")) + [work / "outputs.log"]:
         if log.is_file():
             assert scan(log.read_bytes(), NEEDLES, str(log))[0] == []
