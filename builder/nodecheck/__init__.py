@@ -79,12 +79,25 @@ def runtime_env(stack) -> dict:
     return out
 
 
-def worker_argv(procs: int, options: dict) -> list[str]:
-    """torchrun on one node, through the image's Python (a venv's torchrun script may not be on PATH)."""
+def _fault() -> dict:
+    """The fault put in on purpose (worker.py's docstring), passed through from the caller's environment."""
+    return {k: os.environ[k] for k in ("IMGBUILD_NODE_CHECK_PERTURB",) if os.environ.get(k)}
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_argv(procs: int, options: dict, port: int = 29500) -> list[str]:
+    """torchrun on one node, through the image's Python (a venv's torchrun script may not be on PATH).
+    port: the rendezvous port; fixed in a container of its own, free on the host's network."""
     # A static rendezvous on the loopback address: --standalone names the container's hostname, which
     # resolves to nothing in a container without a network, and the ranks wait out the store's timeout.
     argv = ["python", "-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0", "--master-addr", "127.0.0.1",
-            "--master-port", "29500", "--nproc-per-node", str(procs), IN_IMAGE]
+            "--master-port", str(port), "--nproc-per-node", str(procs), IN_IMAGE]
     for key, value in options.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
     return argv
@@ -105,14 +118,12 @@ def run(engine: Engine, image: str, procs: int = 2, gpus: bool | None = None, en
     """Run the check in `image` with `procs` ranks. gpus: NCCL on the engine's GPUs (default: when it has
     any). env: variables every rank gets (a fault put in on purpose, a site's NCCL settings)."""
     gpus = engine.has_gpu() if gpus is None else gpus
-    # The fault put in on purpose (worker.py's docstring) passes through from the caller's environment.
-    fault = {k: os.environ[k] for k in ("IMGBUILD_NODE_CHECK_PERTURB",) if os.environ.get(k)}
     if engine.inspect(image) is None:
         engine.pull(image)
     # gloo on a container with only its loopback: name the interface, or it resolves the hostname
     base_env = {} if gpus else {"GLOO_SOCKET_IFNAME": "lo"}
     res = engine.run_container(image, worker_argv(procs, options or {}), mounts=[(str(WORKER), IN_IMAGE)],
-                               gpus=gpus, env={**base_env, **fault, **(env or {})}, shm_size="1g", timeout=timeout)
+                               gpus=gpus, env={**base_env, **_fault(), **(env or {})}, shm_size="1g", timeout=timeout)
     return parse(image, res.stdout, res.stderr, res.returncode)
 
 
@@ -126,9 +137,9 @@ def run_squashfs(sqsh: Path, procs: int = 2, options: dict | None = None, timeou
         rootfs = unpack(sqsh, Path(tmp) / "rootfs")
         (rootfs / IN_IMAGE.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(WORKER, rootfs / IN_IMAGE.lstrip("/"))
-        fault = {k: os.environ[k] for k in ("IMGBUILD_NODE_CHECK_PERTURB",) if os.environ.get(k)}
-        res = run_in_rootfs(rootfs, worker_argv(procs, options or {}), env={"GLOO_SOCKET_IFNAME": "lo", **fault},
-                            timeout=timeout)
+        # No network namespace of its own (as under Enroot): a fixed port could be a job's on this node.
+        res = run_in_rootfs(rootfs, worker_argv(procs, options or {}, port=_free_port()),
+                            env={"GLOO_SOCKET_IFNAME": "lo", **_fault()}, timeout=timeout)
     return parse(str(sqsh), res.stdout, res.stderr, res.returncode)
 
 
