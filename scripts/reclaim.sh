@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Give back the disk that earlier test and benchmark runs left on this host, then say how much is free.
+# Each run pushes into its own registry namespace (imgbuild-test-<id>, imgbuild-difftest-<id>,
+# bench-<id>) and keeps the local image of every layer that failed its checks, for debugging; the test
+# suite fails layers on purpose, and its CUDA stacks are several GB each. A CI run once failed on a host
+# where these had filled the disk (syft found no room for its layer copies). Run by scripts/test.sh
+# before the suite, after setup-host.sh; safe on a fresh host (nothing to do).
+#
+# What goes: local images of those namespaces, of the fault-injecting registries the tests start on
+# other loopback ports, and imgbuild.local/* (a failed layer's image); dangling images; the BuildKit
+# cache beyond IMGBUILD_KEEP_BUILD_CACHE (default 12GB: pip's wheel cache mount lives there); and those
+# namespaces' repositories in the local registry, whose blobs the registry's garbage collector then
+# deletes. The collector runs with the registry stopped (the Distribution docs: an upload during a
+# collection can lose blobs), and setup-host.sh starts it again. mirror/ and every other namespace stay.
+#
+#   IMGBUILD_MIN_FREE_GB   fail when less than this is free afterwards (default 40: a whole suite run
+#                          from an empty engine and registry peaked at about that much; see README)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STATE_DIR="${IMGBUILD_STATE_DIR:-/var/lib/imgbuild}"
+REGISTRY_DIR="$STATE_DIR/registry"
+REPOS="$REGISTRY_DIR/data/docker/registry/v2/repositories"
+DOCKER=/usr/bin/docker
+KEEP_CACHE="${IMGBUILD_KEEP_BUILD_CACHE:-12GB}"
+MIN_FREE_GB="${IMGBUILD_MIN_FREE_GB:-40}"
+TEST_NS='(imgbuild-test|imgbuild-difftest|bench|bench-fleet-[a-z0-9]+|plain-bench)-[0-9a-f]{6,8}(-gitlab)?'
+log() { echo "[reclaim] $*"; }
+free_gb() { df -P -BG "$1" | awk 'NR == 2 { sub("G", "", $4); print $4 }'; }
+
+before=$(free_gb /var/lib)
+
+if "$DOCKER" info >/dev/null 2>&1; then
+    mapfile -t refs < <("$DOCKER" images --format '{{.Repository}}:{{.Tag}}' |
+        grep -E "^(127\.0\.0\.1:5000/$TEST_NS/|127\.0\.0\.1:[0-9]+/faults/|imgbuild\.local/|plain-bench-)" || true)
+    if [ "${#refs[@]}" -gt 0 ]; then
+        log "removing ${#refs[@]} local image tag(s) of earlier test runs"
+        printf '%s\n' "${refs[@]}" | xargs -r -n 200 "$DOCKER" rmi -f >/dev/null 2>&1 || true
+    fi
+    "$DOCKER" image prune -f >/dev/null
+    "$DOCKER" builder prune -f --keep-storage "$KEEP_CACHE" >/dev/null
+fi
+
+if [ -d "$REPOS" ]; then
+    mapfile -t dirs < <(find "$REPOS" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended \
+                        -regex ".*/$TEST_NS" || true)
+    if [ "${#dirs[@]}" -gt 0 ]; then
+        log "deleting ${#dirs[@]} test namespace(s) from the registry and collecting their blobs"
+        pid=$(cat "$REGISTRY_DIR/registry.pid" 2>/dev/null || true)
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+            kill "$pid"
+            for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+        fi
+        rm -rf "${dirs[@]}"
+        /usr/bin/docker-registry garbage-collect "$REGISTRY_DIR/config.yml" \
+            >"${IMGBUILD_LOG_DIR:-/var/log/imgbuild}/registry-gc.log" 2>&1 ||
+            log "garbage-collect failed (log: ${IMGBUILD_LOG_DIR:-/var/log/imgbuild}/registry-gc.log)"
+        bash scripts/setup-host.sh >/dev/null   # starts the registry again
+    fi
+fi
+
+after=$(free_gb /var/lib)
+log "free on /var/lib: ${before} GB before, ${after} GB now"
+if [ "$after" -lt "$MIN_FREE_GB" ]; then
+    echo "[reclaim] ERROR: only ${after} GB free on /var/lib; the whole suite needs about ${MIN_FREE_GB} GB" \
+         "(images in the engine and the registry). Largest users:" >&2
+    du -xsh /var/lib/docker /var/lib/imgbuild/* /tmp 2>/dev/null | sort -h | tail -n 6 >&2
+    exit 1
+fi
