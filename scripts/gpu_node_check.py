@@ -4,10 +4,10 @@
 What it does, in order (each torch step in a child process of its own, with a time limit):
   * node facts: nvidia-smi (driver, GPU, memory), nvcc, whether Python.h is there for JIT builds;
   * torch facts: version, CUDA, cuDNN, NCCL, device name, capability, arch list;
-  * built-in checks: an NCCL all-reduce (torch.distributed, world_size 1), a bf16 matmul timing
-    (n x n x n, TFLOP/s), imgbuild's node check (builder/nodecheck/worker.py, one rank per GPU: the
-    same code `imgbuild node-check` runs in an image), and a Megatron-Core smoke test (parallel_state
-    tp=1 pp=1, a tiny GPTModel on the local spec, one forward + backward);
+  * a bf16 matmul timing (n x n x n, TFLOP/s);
+  * imgbuild's node check, one rank per GPU with NCCL: builder/nodecheck/worker.py, the one code path that
+    `imgbuild node-check` runs in an image (environment, matmul against float64, all-reduce, broadcast and
+    all-gather, all-reduce bus bandwidth, DeepSpeed ZeRO-2, Megatron-Core tensor and pipeline parallel);
   * every `gpu: true` check of layers/*/kind.yaml whose modules are importable here (the others are
     skipped, naming the missing module). A check's `when_op` is ignored here: DeepSpeed ops that an
     image would prebuild are JIT-compiled instead (TORCH_CUDA_ARCH_LIST from the GPU when unset).
@@ -62,34 +62,6 @@ def _load_probe():
 TORCH_FACTS = _load_probe().TORCH_FACTS + 'print("@@GPU_CHECK_RESULT " + json.dumps(d))\n'
 
 
-NCCL_ALLREDUCE = r'''
-import json, os, time, torch, torch.distributed as dist
-torch.cuda.set_device(0)
-t0 = time.time()
-dist.init_process_group("nccl", rank=0, world_size=1)
-init_s = time.time() - t0
-x = torch.arange(1024, dtype=torch.float32, device="cuda")
-dist.all_reduce(x)
-torch.cuda.synchronize()
-assert torch.equal(x, torch.arange(1024, dtype=torch.float32, device="cuda")), "all_reduce changed the data"
-big = torch.ones(64 * 2**20, dtype=torch.float32, device="cuda")   # 256 MiB
-for _ in range(2):
-    dist.all_reduce(big)
-torch.cuda.synchronize()
-start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-start.record()
-for _ in range(5):
-    dist.all_reduce(big)
-end.record()
-torch.cuda.synchronize()
-assert float(big[0]) == 1.0
-dist.barrier()
-dist.destroy_process_group()
-nccl = ".".join(map(str, torch.cuda.nccl.version()[:3]))
-print("@@GPU_CHECK_RESULT " + json.dumps({"detail": "all_reduce ok (world_size 1), NCCL %s, init %.1fs, 256 MiB in %.2f ms"
-      % (nccl, init_s, start.elapsed_time(end) / 5)}))
-'''
-
 BF16_MATMUL = r'''
 import json, os, torch
 n, iters = int(os.environ["GPU_CHECK_N"]), int(os.environ["GPU_CHECK_ITERS"])
@@ -116,57 +88,6 @@ print("@@GPU_CHECK_RESULT " + json.dumps({"tflops": round(tflops, 1), "ms": roun
       "detail": "%dx%dx%d bf16: %.1f TFLOP/s (%.2f ms each, mean of %d after 3 warm-ups; rel. err vs fp32 %.1e)"
       % (n, n, n, tflops, ms, iters, rel)}))
 '''
-
-MEGATRON_SMOKE = r'''
-import json, os, time, torch
-dev = os.environ.get("GPU_CHECK_DEVICE", "cuda")
-if dev == "cuda":
-    torch.cuda.set_device(0)
-else:  # --cpu-smoke, a test aid: Megatron's attention buffer asks torch.cuda for its device
-    torch.cuda.current_device = lambda: "cpu"
-torch.distributed.init_process_group("nccl" if dev == "cuda" else "gloo", rank=0, world_size=1)
-from megatron.core import parallel_state
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-from megatron.core.models.gpt.gpt_model import GPTModel
-from megatron.core.transformer.transformer_config import TransformerConfig
-parallel_state.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
-if dev == "cuda":
-    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
-    model_parallel_cuda_manual_seed(1234)
-else:  # --cpu-smoke: the CUDA RNG tracker's fork needs CUDA; dropout is 0 here anyway
-    import contextlib
-    from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
-    get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
-torch.manual_seed(1234)
-vocab, seq, batch = 256, 64, 4
-cfg = TransformerConfig(num_layers=2, hidden_size=128, num_attention_heads=4, use_cpu_initialization=True,
-                        pipeline_dtype=torch.float32, hidden_dropout=0.0, attention_dropout=0.0)
-model = GPTModel(config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=vocab,
-                 max_sequence_length=seq).to(dev)
-tokens = torch.randint(0, vocab, (batch, seq), device=dev)
-labels = torch.roll(tokens, -1, dims=1)
-position_ids = torch.arange(seq, device=dev).unsqueeze(0).expand(batch, -1)
-attention_mask = torch.triu(torch.ones(1, 1, seq, seq, device=dev, dtype=torch.bool), diagonal=1)  # True = masked
-t0 = time.time()
-losses = model(tokens, position_ids, attention_mask, labels=labels)   # per-token loss, [batch, seq]
-loss = losses.float().mean()
-loss.backward()
-if dev == "cuda":
-    torch.cuda.synchronize()
-grads = [p.grad for p in model.parameters() if p.requires_grad]
-assert grads and all(g is not None for g in grads), "some parameters got no gradient"
-gnorm = float(torch.norm(torch.stack([g.float().norm() for g in grads])))
-assert torch.isfinite(loss) and gnorm > 0 and gnorm == gnorm, (float(loss), gnorm)
-nparams = sum(p.numel() for p in model.parameters())
-import megatron.core
-ver = getattr(megatron.core, "__version__", "?")
-parallel_state.destroy_model_parallel()
-torch.distributed.destroy_process_group()
-print("@@GPU_CHECK_RESULT " + json.dumps({"loss": float(loss), "grad_norm": gnorm,
-      "detail": "megatron-core %s GPTModel (local spec, %d params) fwd+bwd on %s: loss %.4f (ln %d = %.4f), grad norm %.3g, %.2fs"
-      % (ver, nparams, dev, float(loss), vocab, __import__("math").log(vocab), gnorm, time.time() - t0)}))
-'''
-
 
 # -- plumbing ------------------------------------------------------------------------------------
 
@@ -407,9 +328,7 @@ class Runner:
         print("== built-in checks", flush=True)
         tf = self.facts.get("torch") or {}
         if no_gpu:
-            for name in ("cuda-available", "nccl-allreduce", "bf16-matmul", "megatron-gpt-smoke"):
-                if name == "megatron-gpt-smoke" and self.args.cpu_smoke:
-                    continue
+            for name in ("cuda-available", "bf16-matmul"):
                 if self.selected(name):
                     self.record(name, "builtin", "skipped", no_gpu)
         else:
@@ -417,26 +336,12 @@ class Runner:
                 self.record("cuda-available", "builtin", "passed",
                             f"{tf.get('device')} (sm_{str(tf.get('capability', '')).replace('.', '')}, "
                             f"{tf.get('memory_gib')} GiB), torch {tf.get('torch')} CUDA {tf.get('cuda')}")
-            if self.selected("nccl-allreduce"):
-                if not tf.get("nccl_available"):
-                    self.record("nccl-allreduce", "builtin", "failed", "torch.distributed reports NCCL unavailable")
-                else:
-                    self.run_code("nccl-allreduce", "builtin", NCCL_ALLREDUCE, lambda o: "all_reduce ok",
-                                  timeout=min(self.args.timeout, 150))
-            if self.selected("bf16-matmul"):
+            if self.selected("bf16-matmul"):   # throughput; the node check's matmul is the correctness check
                 self.run_code("bf16-matmul", "builtin", BF16_MATMUL, lambda o: "matmul ok",
                               timeout=min(self.args.timeout, 150),
                               extra_env={"GPU_CHECK_N": str(self.args.matmul_n),
                                          "GPU_CHECK_ITERS": str(self.args.matmul_iters)})
         self.node_check(no_gpu, tf)
-        if self.selected("megatron-gpt-smoke") and (not no_gpu or self.args.cpu_smoke):
-            name = "megatron-gpt-smoke" + ("[cpu]" if no_gpu else "")
-            missing = missing_modules(["torch", "megatron.core"])
-            if missing:
-                self.record(name, "builtin", "skipped", f"module {missing[0]} not installed here")
-            else:
-                self.run_code(name, "builtin", MEGATRON_SMOKE, lambda o: "fwd+bwd ok",
-                              extra_env={"GPU_CHECK_DEVICE": "cpu" if no_gpu else "cuda"})
 
     def node_check(self, no_gpu, tf):
         """imgbuild's node check (builder/nodecheck/worker.py, the one code path `imgbuild node-check` runs
@@ -592,8 +497,6 @@ def main(argv=None):
     p.add_argument("--python-include", default=os.environ.get("GPU_CHECK_PYTHON_INCLUDE"),
                    help="a folder with Python.h, used for JIT builds only if this python's own is missing")
     p.add_argument("--cpu-checks", action="store_true", help="also run the kinds' python checks not marked gpu")
-    p.add_argument("--cpu-smoke", action="store_true",
-                   help="without a GPU, run the Megatron smoke test on CPU (gloo) instead of skipping it")
     p.add_argument("--node-check-procs", type=int, default=0,
                    help="ranks of imgbuild's node check (default: one per GPU)")
     p.add_argument("--json", help="write the results here (default: $OUT/gpu-checks.json when OUT is set)")

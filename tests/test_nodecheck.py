@@ -12,7 +12,7 @@ import pytest
 from builder import nodecheck
 from builder.nodecheck import sbatch
 from builder.load.spec import load_spec
-from conftest import STACKS, run_cli
+from conftest import REPO, STACKS, run_cli
 
 REPORT = {"world_size": 2, "backend": "gloo", "seconds": 12.5, "results": [
     {"id": "env", "status": "passed", "detail": "10 values alike", "bad_ranks": [], "numbers": {}, "seconds": 0.1},
@@ -105,3 +105,19 @@ def test_the_batch_script_refuses_what_a_shell_would_read_twice(tmp_path, image)
         sbatch.script(image, "/shared/w.py", nodes=1, tasks_per_node=2)
     res = run_cli("node-check", image, "--emit-sbatch", tmp_path / "job.sh", "-f", STACKS)
     assert res.code == 8 and "cannot carry safely" in res.err and not list(tmp_path.iterdir())   # nothing written
+
+
+def test_the_native_gpu_script_skips_every_gpu_step_with_its_reason_here(tmp_path):
+    """scripts/gpu_node_check.py on a machine with no GPU: nothing passes that did not run, each step is
+    skipped with the reason, the node check (the worker `imgbuild node-check` runs) among them."""
+    import sys
+    out = tmp_path / "gpu.json"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_node_check.py"), "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith("0 passed, 0 failed, "), proc.stdout[-2000:]
+    results = json.loads(out.read_text())["checks"]
+    by_name = {r["id"]: r for r in results}
+    assert {"bf16-matmul", "node-check"} <= set(by_name), sorted(by_name)
+    assert all(r["status"] == "skipped" and r["reason"] for r in results), results
+    assert "nccl-allreduce" not in by_name and "megatron-gpt-smoke" not in by_name   # folded into the node check
