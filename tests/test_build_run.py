@@ -567,15 +567,20 @@ def test_a_child_builds_on_its_parents_local_image_while_the_parent_is_checked_a
     assert not [ref for ref in engine.images if ref.startswith("imgbuild.local/")], engine.images
 
 
-def test_a_child_built_early_is_not_published_when_its_parent_then_fails(world, tmp_path, monkeypatch):
+@pytest.mark.parametrize("child_fails_too", [False, True], ids=["child-passes", "child-fails-on-the-broken-parent"])
+def test_a_child_built_early_is_not_published_when_its_parent_then_fails(world, tmp_path, monkeypatch, child_fails_too):
     """The parent's checks fail after the child was built on it: the child is blocked, nothing of it or
-    above it reaches the registry, and no tag moves. Run 3 times: the threads' order must not matter."""
+    above it reaches the registry, and no tag moves. Run 3 times: the threads' order must not matter.
+    A child whose own checks failed on that broken parent is blocked too, not failed: the report names
+    the layer to fix, the parent (its own failure is kept in the message)."""
     reg, engine, builder = world
     for attempt in range(3):
-        spec = spec_for(tmp_path, f"early-fail-{attempt}")
+        spec = spec_for(tmp_path, f"early-fail-{child_fails_too}-{attempt}")
         plan = make_plan(spec, ["cpu-smoke"], BASE)
         parents, built = _watch_builds(engine, monkeypatch)
         engine.failing.add(("cpu-torch-2.13", "cpu-torch.torch-import"))
+        if child_fails_too:
+            engine.failing.add(("ds-0.19.8-cpu", "deepspeed.import"))
         judge = build_mod.run_checks
 
         def run_checks(eng, image, checks, gpu):
@@ -590,6 +595,9 @@ def test_a_child_built_early_is_not_published_when_its_parent_then_fails(world, 
         torch_checks = next(r.checks for r in report.nodes.values() if r.layer == "cpu-torch-2.13")
         assert [c["id"] for c in torch_checks if c["status"] == "failed"] == ["cpu-torch.torch-import"]
         assert status["ds-0.19.8-cpu"] == ("build", "blocked"), status
+        child = next(r for r in report.nodes.values() if r.layer == "ds-0.19.8-cpu")
+        assert "cpu-torch-2.13 beneath it did not pass" in child.error, child.error
+        assert ("deepspeed.import failed" in child.error) == child_fails_too, child.error
         assert {status["cpu-env"][1], status["smoke-train"][1]} == {"blocked"}, status
         assert parents["ds-0.19.8-cpu"].startswith("imgbuild.local/cpu-torch-2.13:")
         assert not [p for p in reg.puts if p[0].startswith(f"{spec.site.namespace}/")], reg.puts

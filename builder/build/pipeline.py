@@ -315,15 +315,27 @@ class Builder:
             self.parent_passed(plan, node, up)
         if early:
             parent = plan.nodes[node.parent]
-            local, labels = self.build_image(plan, node, up.local, secrets, prefix,
-                                             label=f"{self.spec.site.registry}/{self.repo(parent)}:{parent.short}")
+            try:
+                local, labels = self.build_image(plan, node, up.local, secrets, prefix,
+                                                 label=f"{self.spec.site.registry}/{self.repo(parent)}:{parent.short}")
+                mine.local = local
+                built()
+                results, facts = self.checked(node, local, labels, prefix)
+            except ImgbuildError as exc:
+                # Built on a parent that then failed, its own failure is likely the parent's: it is
+                # blocked, and the report points at the layer to fix first.
+                try:
+                    self.parent_passed(plan, node, up)
+                except ParentFailed as blocked:
+                    raise ParentFailed(f"{blocked.message} (built on it early, it failed too: {exc.message})") from None
+                raise
+            self.parent_passed(plan, node, up)
         else:
             local, labels = self.build_image(plan, node, self.parent_ref(plan, node, digests, handoffs), secrets, prefix)
-        mine.local = local
-        built()
-        results, facts = self.checked(node, local, labels, prefix)
+            mine.local = local
+            built()
+            results, facts = self.checked(node, local, labels, prefix)
         if early:
-            self.parent_passed(plan, node, up)
             if not up.own:
                 self.say(f"{prefix}: the key beneath it names another builder's image; building again on that one")
                 mine.local = None   # the children built on the first image must build again too
