@@ -210,6 +210,10 @@ def ds_arch_variant() -> dict:
     return dict(_data()["deepspeed"]["arch_variant"])
 
 
+def ds_accelerator() -> dict:
+    return dict(_data()["deepspeed"]["accelerator"])
+
+
 @cache
 def megatron_releases() -> tuple[MegatronRelease, ...]:
     rec = _data()["megatron_core"]

@@ -318,6 +318,34 @@ def ds_arch_variant(ctx: Ctx) -> Iterator[Finding]:
                    fix="write the arch without the suffix (9.0 instead of 9.0a) for DeepSpeed")
 
 
+@rule("IB044", "DS_ACCELERATOR above DeepSpeed")
+def ds_accelerator(ctx: Ctx) -> Iterator[Finding]:
+    """The deepspeed kind names the accelerator it built its ops for (DS_ACCELERATOR=cuda in a CUDA stack);
+    a layer above that sets it again decides what DeepSpeed uses at run time: "cpu" over CUDA ops means
+    no fused_adam and no NCCL on a GPU node, and an unknown name fails DeepSpeed's first get_accelerator()."""
+    layer, ds = ctx.facts.providers.get("deepspeed"), ctx.facts.version("deepspeed")
+    value = ctx.facts.env.get("DS_ACCELERATOR")
+    if layer is None or value is None:
+        return
+    name, key, writer = value
+    chain = [l.name for l in ctx.stack.chain]
+    if writer.name in chain and layer.name in chain and chain.index(writer.name) < chain.index(layer.name):
+        return   # written beneath DeepSpeed: the deepspeed layer's own ENV wins in a CUDA stack
+    fact = catalog.ds_accelerator()
+    known = Known(f"DS_ACCELERATOR in {fact['names']}", fact["source"], bool(fact["verified"]))
+    read = ds == Version(fact["read"])
+    if name not in fact["names"]:
+        yield ctx.find("IB044", "error" if read else "warning", key,
+                       f"DS_ACCELERATOR={name!r} is not an accelerator DeepSpeed knows: {fact['symptom']}"
+                       + ("" if read else f" (list read on {fact['read']}, not {ds or 'this version'})"),
+                       known=known, fix="write one of " + ", ".join(fact["names"]) + " (lower case)")
+    elif name != "cuda" and ctx.stack.compiles_cuda(layer):
+        yield ctx.find("IB044", "error", key, f"DS_ACCELERATOR={name!r} above layer {layer.name!r}, whose ops are "
+                       f"compiled for CUDA: DeepSpeed would use its {name} accelerator on the GPU nodes (no "
+                       "fused_adam, no NCCL)", known=known,
+                       fix="remove DS_ACCELERATOR from this layer (the deepspeed layer sets cuda), or set it to cuda")
+
+
 @rule("IB041", "DeepSpeed and Python (setup.py classifiers)")
 def ds_python(ctx: Ctx) -> Iterator[Finding]:
     layer, ds, python = ctx.facts.providers.get("deepspeed"), ctx.facts.version("deepspeed"), ctx.facts.get("python")
