@@ -338,23 +338,15 @@ def run(args: list[str], folder: Path, timeout: float = LIMIT_S) -> tuple[int | 
 
 def _words(dockerfiles: str) -> tuple[list[str], list[str]]:
     """Instruction keywords, and the shell words of every RUN (continuations joined)."""
-    keywords, words, current = [], [], None
-    for raw in dockerfiles.split("\n"):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        cont = line.endswith("\\")
-        body = line[:-1] if cont else line
-        current = body if current is None else current + " " + body
-        if not cont:
-            kw, _, rest = current.partition(" ")
-            keywords.append(kw.upper())
-            if kw.upper() == "RUN":
-                try:
-                    words += shlex.split(rest)
-                except ValueError:
-                    words.append("<unparseable>")
-            current = None
+    from conftest import instructions
+    keywords, words = [], []
+    for kw, rest in instructions(dockerfiles):
+        keywords.append(kw)
+        if kw == "RUN":
+            try:
+                words += shlex.split(rest)
+            except ValueError:
+                words.append("<unparseable>")
     return keywords, words
 
 

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from conftest import run_cli, write_stacks
+from test_preflight import LOCK
 from builder.load.spec import load_spec
 
 SITE = {"registry": "127.0.0.1:5000", "namespace": "imgbuild", "driver_floor": "580.65.06"}
@@ -40,15 +41,6 @@ BASE = {
     },
     "stacks": {},
 }
-
-LOCK = """version: 1
-bases:
-  {base}:
-    image: {image}
-    digest: sha256:{digest}
-    probed: "2026-11-29T23:00:00Z"
-    facts: {facts}
-"""
 
 
 def write_spec(tmp_path, stacks: dict, extra: dict | None = None, lock: tuple | None = None, sub: str = "site"):
