@@ -73,9 +73,7 @@ def main() -> int:
                 return 1
             report = json.loads(proc.stdout)
             checks.append(next(r for r in report["results"] if r["id"] == "allreduce-bw")["numbers"]["sweep"])
-            argv = ["python", "-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0", "--master-addr",
-                    "127.0.0.1", "--master-port", "29500", "--nproc-per-node", str(args.procs), "/opt/plain.py",
-                    SIZES, "5"]
+            argv = nodecheck.torchrun_argv(args.procs, "/opt/plain.py") + [SIZES, "5"]   # the check's own launch
             res = engine.run_container(args.image, argv, mounts=[(str(plain), "/opt/plain.py")], shm_size="1g",
                                        env={"GLOO_SOCKET_IFNAME": "lo"})
             line = next(l for l in res.stdout.splitlines() if l.startswith("@@PLAIN "))

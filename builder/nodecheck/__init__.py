@@ -91,13 +91,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def worker_argv(procs: int, options: dict, port: int = 29500) -> list[str]:
+def torchrun_argv(procs: int, script: str, port: int = 29500) -> list[str]:
     """torchrun on one node, through the image's Python (a venv's torchrun script may not be on PATH).
     port: the rendezvous port; fixed in a container of its own, free on the host's network."""
     # A static rendezvous on the loopback address: --standalone names the container's hostname, which
     # resolves to nothing in a container without a network, and the ranks wait out the store's timeout.
-    argv = ["python", "-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0", "--master-addr", "127.0.0.1",
-            "--master-port", str(port), "--nproc-per-node", str(procs), IN_IMAGE]
+    return ["python", "-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0", "--master-addr", "127.0.0.1",
+            "--master-port", str(port), "--nproc-per-node", str(procs), script]
+
+
+def worker_argv(procs: int, options: dict, port: int = 29500) -> list[str]:
+    argv = torchrun_argv(procs, IN_IMAGE, port)
     for key, value in options.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
     return argv
