@@ -328,9 +328,10 @@ def ds_accelerator(ctx: Ctx) -> Iterator[Finding]:
     if layer is None or value is None:
         return
     name, key, writer = value
-    chain = [l.name for l in ctx.stack.chain]
-    if writer.name in chain and layer.name in chain and chain.index(writer.name) < chain.index(layer.name):
-        return   # written beneath DeepSpeed: the deepspeed layer's own ENV wins in a CUDA stack
+    chain = [each.name for each in ctx.stack.chain]
+    beneath = writer.name in chain and layer.name in chain and chain.index(writer.name) < chain.index(layer.name)
+    if beneath and ctx.stack.compiles_cuda(layer):
+        return   # the deepspeed layer's own ENV DS_ACCELERATOR=cuda, above it, is what the image has
     fact = catalog.ds_accelerator()
     known = Known(f"DS_ACCELERATOR in {fact['names']}", fact["source"], bool(fact["verified"]))
     read = ds == Version(fact["read"])
