@@ -322,7 +322,8 @@ def ds_arch_variant(ctx: Ctx) -> Iterator[Finding]:
 def ds_accelerator(ctx: Ctx) -> Iterator[Finding]:
     """The deepspeed kind names the accelerator it built its ops for (DS_ACCELERATOR=cuda in a CUDA stack);
     a layer above that sets it again decides what DeepSpeed uses at run time: "cpu" over CUDA ops means
-    no fused_adam and no NCCL on a GPU node, and an unknown name fails DeepSpeed's first get_accelerator()."""
+    the CPU op builders and gloo/oneCCL on a GPU node (deepspeed/accelerator/cpu_accelerator.py), and an
+    unknown name fails DeepSpeed's first get_accelerator()."""
     layer, ds = ctx.facts.providers.get("deepspeed"), ctx.facts.version("deepspeed")
     value = ctx.facts.env.get("DS_ACCELERATOR")
     if layer is None or value is None:
@@ -342,8 +343,9 @@ def ds_accelerator(ctx: Ctx) -> Iterator[Finding]:
                        known=known, fix="write one of " + ", ".join(fact["names"]) + " (lower case)")
     elif name != "cuda" and ctx.stack.compiles_cuda(layer):
         yield ctx.find("IB044", "error", key, f"DS_ACCELERATOR={name!r} above layer {layer.name!r}, whose ops are "
-                       f"compiled for CUDA: DeepSpeed would use its {name} accelerator on the GPU nodes (no "
-                       "fused_adam, no NCCL)", known=known,
+                       f"compiled for CUDA: DeepSpeed would use its {name} accelerator on the GPU nodes (that "
+                       "accelerator's op builders, not the CUDA ops built here; for cpu, gloo or oneCCL, not NCCL)",
+                       known=known,
                        fix="remove DS_ACCELERATOR from this layer (the deepspeed layer sets cuda), or set it to cuda")
 
 
