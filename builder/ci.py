@@ -1,15 +1,19 @@
 """`imgbuild ci gitlab|github`: a CI pipeline written from the plan, so that stacks.yaml stays the one
-source of truth for what CI builds.
+source of truth for what CI builds, where it runs, and who may move a release tag.
 
 One job per distinct layer image (a node), needing its parent's job, so independent nodes run in
 parallel; each runs `imgbuild build --node KEY`, which reuses a key the registry holds with passing
-checks (a cheap job) and never moves a tag. Where a node has GPU checks and the site declares GPU
-runners (site.ci), a second job runs the same command on a GPU runner: there the registry's proof
-"validated without a GPU" is not enough (manifest.verdict), so the image is pulled and validated
-again with the GPU checks really run. One release job per stack needs every node job (and GPU job) of
-the stack and runs `imgbuild release`, which moves tags only from the proof it reads in the registry.
+checks (a cheap job) and never moves a tag. Where a node has GPU checks, a second job runs the same
+command on a runner that has one of the GPUs of the stack that uses it (site.ci maps GPU models or
+generations to runners): there the registry's proof "validated without a GPU" is not enough
+(manifest.verdict), so the image is pulled and validated again with the GPU checks really run. One
+release job per stack needs every node job (and GPU job) of the stack and runs `imgbuild release`, which
+moves tags only from the proof it reads in the registry, and only on the release branch: every other
+branch, merge request and pull request builds, validates and pushes under content keys, and moves no
+tag. `imgbuild release` refuses the same on its own (ciconf.release_refusal), whatever the YAML says.
 
-Every value is quoted where it lands: YAML by yaml.safe_dump, shell words by shlex.quote.
+Every value is quoted where it lands: YAML by yaml.safe_dump, shell words by shlex.quote, rules and
+`if:` expressions hold only names checked against a grammar in ciconf.
 """
 
 from __future__ import annotations
@@ -33,12 +37,22 @@ GITHUB_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*\Z")
 GITLAB_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")   # what we write: never a hidden (.x) or reserved name
 GITLAB_STAGES = ("build", "gpu", "release")
 DEFAULT_RUNS_ON = ("self-hosted",)
-CHECKOUT = "actions/checkout@v4"
 GITHUB_WORKFLOW = ".github/workflows/imgbuild.yml"
 CURRENT_JOB = "workflow-current"
+REVIEW_JOB = "review"
+REVIEW_FILE = "imgbuild-review.md"
+# GitLab retries a job only where the runner failed it, never for a failed script (a failed check fails
+# the same way twice, and a retry would only hide a flaky one). Reasons both GitLab's current schema and
+# older ones (gitlab-ci-local 4.73's) know.
+RUNNER_FAILURES = ("runner_system_failure", "api_failure", "scheduler_failure")
 HEADER = ("# Written by `imgbuild ci {system}` from the plan of the stacks file: regenerate it, do not edit it.\n"
-          "# One job per distinct layer image; `needs` follow the layer DAG; release jobs move tags only from\n"
-          "# the proof imgbuild reads in the registry.\n")
+          "# One job per distinct layer image; `needs` follow the layer DAG; release jobs run only on {branch}\n"
+          "# and move tags only from the proof imgbuild reads in the registry.\n")
+# The first line of a file written with --offline: its keys may be provisional, so GitHub's self-check
+# refuses it on a runner (and no node job would accept its keys).
+OFFLINE_MARK = "# imgbuild: written with --offline"
+OFFLINE_LINE = (OFFLINE_MARK + ": no registry was asked for base digests, so keys may be provisional. "
+                "For review only: regenerate without --offline before committing.\n")
 
 
 @dataclass(frozen=True)
@@ -50,6 +64,9 @@ class Job:
     argv: tuple                # imgbuild's arguments
     needs: tuple = ()
     key: str | None = None
+    runners: tuple = ()        # runner tags / runs-on labels; () = the system's default for builders
+    minutes: int = 60          # the job's timeout
+    gpu: str = ""              # gpu jobs: the GPU model or generation whose runners take it
 
 
 @dataclass
@@ -65,9 +82,9 @@ class Pipeline:
         self.jobs[job.id] = job
 
 
-def job_id(system: str, role: str, name: str, key: str | None = None) -> str:
-    """`node-LAYER-KEY12`, `gpu-LAYER-KEY12`, `release-STACK`: a dot becomes `_` for GitHub Actions."""
-    text = f"{role}-{name}" + (f"-{key[:KEY_SHOWN]}" if key else "")
+def job_id(system: str, role: str, name: str, key: str | None = None, suffix: str = "") -> str:
+    """`node-LAYER-KEY12`, `gpu-LAYER-KEY12-GPU`, `release-STACK`: a dot becomes `_` for GitHub Actions."""
+    text = f"{role}-{name}" + (f"-{key[:KEY_SHOWN]}" if key else "") + (f"-{suffix.lower()}" if suffix else "")
     if system == "github":
         text = text.replace(".", "_")
     ok = GITHUB_ID if system == "github" else GITLAB_NAME
@@ -79,11 +96,6 @@ def job_id(system: str, role: str, name: str, key: str | None = None) -> str:
 
 def has_gpu_checks(node: Node) -> bool:
     return any(c.gpu for c in node.checks)
-
-
-def gpu_runners(spec: Spec, system: str) -> tuple:
-    ci = spec.site.ci
-    return ci.gpu_runner_tags if system == "gitlab" else ci.github_gpu_runs_on
 
 
 def plan_for(spec: Spec, names: list[str], offline: bool) -> tuple[Plan, list[str]]:
@@ -99,36 +111,82 @@ def plan_for(spec: Spec, names: list[str], offline: bool) -> tuple[Plan, list[st
     return make_plan(spec, names, bases.digests), notes
 
 
+def _gpu_choice(spec: Spec, plan: Plan, system: str, stack: str) -> tuple[str, tuple] | None:
+    """(GPU model or generation, runner labels) that take the stack's GPU jobs: the first of its GPUs (in
+    the order stacks.yaml lists them) that a runner of the site has. Refused when the site declares GPU
+    runners, the stack has GPU checks and names GPUs, and no runner has any of them: a GPU check on
+    another GPU proves nothing about the stack's."""
+    ci = spec.site.ci
+    target = spec.stack(stack)
+    for gpu in target.gpus:
+        found = ci.runners_for(system, gpu)
+        if found:
+            return found
+    if target.gpus and ci.gpu_map(system) and any(has_gpu_checks(plan.nodes[k]) for k in plan.stacks[stack]):
+        key = "gpu_runner_tags" if system == "gitlab" else "github_gpu_runs_on"
+        offered = ", ".join(f"{name} ({' '.join(labels)})" for name, labels in ci.gpu_map(system))
+        raise SpecError(f"stack {stack!r} targets {', '.join(g.name for g in target.gpus)}, and no {system} runner "
+                        f"has one of them: site.ci.{key} offers {offered}",
+                        file=str(spec.file), key=f"site.ci.{key}",
+                        hint=f"add a runner for one of its GPUs (by model, or by generation such as "
+                             f"{', '.join(sorted({g for g in _generations(target.gpus) if g}))})")
+    return None
+
+
+def _generations(gpus) -> list:
+    from builder.rules import catalog
+    return [catalog.gpu_generation(g) for g in gpus]
+
+
 def pipeline(spec: Spec, plan: Plan, names: list[str], system: str, common: tuple) -> Pipeline:
     """The jobs for the selected stacks. common: the arguments every command ends with (-f, --kinds)."""
     assert system in SYSTEMS, system
+    ci = spec.site.ci
     out = Pipeline(system)
-    gpu_ok = bool(gpu_runners(spec, system))
-    node_job, gpu_job = {}, {}
+    builders = ci.runner_tags if system == "gitlab" else (ci.github_runs_on or DEFAULT_RUNS_ON)
+    choice = {name: _gpu_choice(spec, plan, system, name) for name in names}
+    node_job: dict = {}
+    gpu_job: dict = {}                          # (key, GPU model or generation) -> job id
     for key, node in plan.nodes.items():        # parents first
         stack = plan.users[key][0]
         argv = ("build", "--node", node.short, f"stack={stack}") + common
         needs = (node_job[node.parent],) if node.parent else ()
         node_job[key] = job_id(system, "node", node.name, node.short)
-        out.add(Job(node_job[key], "node", node.name, stack, argv, needs, node.short))
-        if has_gpu_checks(node) and gpu_ok:
-            # Checks add up along the chain: a parent with GPU checks has a GPU job, and this one builds on
-            # what it revalidated (build --node asks for a parent validated with a GPU on a GPU machine).
-            needs = (node_job[key],) + ((gpu_job[node.parent],) if node.parent in gpu_job else ())
-            gpu_job[key] = job_id(system, "gpu", node.name, node.short)
-            out.add(Job(gpu_job[key], "gpu", node.name, stack, argv, needs, node.short))
+        cuda = any(spec.stack(s).compiles_cuda(node.layer) for s in plan.users[key])
+        out.add(Job(node_job[key], "node", node.name, stack, argv, needs, node.short, builders,
+                    ci.timeouts["cuda_build" if cuda else "build"]))
+        if not has_gpu_checks(node):
+            continue
+        # One GPU job for each GPU choice among the selected stacks that use this image. Checks add up along
+        # the chain: a parent with GPU checks has a GPU job on the same runners, and this one builds on what
+        # it revalidated (build --node asks for a parent validated with a GPU on a GPU machine).
+        for gpu, labels in dict(choice[s] for s in plan.users[key] if s in choice and choice[s]).items():
+            parent_gpu = (gpu_job[(node.parent, gpu)],) if (node.parent, gpu) in gpu_job else ()
+            gpu_job[(key, gpu)] = job_id(system, "gpu", node.name, node.short, gpu)
+            out.add(Job(gpu_job[(key, gpu)], "gpu", node.name, stack, argv, (node_job[key],) + parent_gpu,
+                        node.short, labels, ci.timeouts["gpu"], gpu))
     gpu_nodes = [n for n in plan.nodes.values() if has_gpu_checks(n)]
-    if gpu_nodes and not gpu_ok:
-        what = "site.ci.gpu_runner_tags" if system == "gitlab" else "site.ci.github_gpu_runs_on"
-        out.notes.append(f"{len(gpu_nodes)} layer image(s) have GPU checks but {what} is not declared: no GPU jobs "
-                         "were written, and those checks are recorded as skipped (needs a GPU)")
+    key_name = "site.ci.gpu_runner_tags" if system == "gitlab" else "site.ci.github_gpu_runs_on"
+    if gpu_nodes and not ci.gpu_map(system):
+        out.notes.append(f"{len(gpu_nodes)} layer image(s) have GPU checks but {key_name} is not declared: no GPU "
+                         "jobs were written, and those checks are recorded as skipped (needs a GPU)")
     for name in names:
         keys = plan.stacks[name]
-        needs = tuple(node_job[k] for k in keys) + tuple(gpu_job[k] for k in keys if k in gpu_job)
-        # With GPU runners the release reads the GPU results from the registry too, not only the job order.
-        gpu_proof = ("--require-gpu-checks",) if any(k in gpu_job for k in keys) else ()
+        gpu = choice[name][0] if choice[name] else None
+        mine = tuple(gpu_job[(k, gpu)] for k in keys if (k, gpu) in gpu_job)
+        if ci.gpu_map(system) and not choice[name] and any(has_gpu_checks(plan.nodes[k]) for k in keys):
+            out.notes.append(f"stack {name} names no GPU: its GPU checks stay skipped (needs a GPU)")
+        # With GPU jobs the release reads the GPU results from the registry too, not only the job order.
+        gpu_proof = ("--require-gpu-checks",) if mine else ()
         out.add(Job(job_id(system, "release", name), "release", name, name,
-                    ("release", f"stack={name}") + gpu_proof + common, needs))
+                    ("release", f"stack={name}") + gpu_proof + common,
+                    tuple(node_job[k] for k in keys) + mine, None, builders, ci.timeouts["release"]))
+    if not builders:
+        out.notes.append("site.ci.runner_tags is not declared: the jobs carry no tags and run on any runner "
+                         "of the project")
+    elif system == "github" and not ci.github_runs_on:
+        out.notes.append("site.ci.github_runs_on is not declared: the jobs run on any self-hosted runner "
+                         "(runs-on: [self-hosted])")
     return out
 
 
@@ -137,6 +195,15 @@ class _Dumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data) -> bool:
         return True
+
+
+def _text(dumper: yaml.SafeDumper, data: str):
+    # A script of several lines reads as the lines it is (a literal block), not as one quoted string.
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _text)
 
 
 def dump(doc: dict) -> str:
@@ -152,49 +219,125 @@ def command(imgbuild: str, argv: tuple) -> str:
     return shlex.join(words + list(argv))
 
 
+def gitlab_duration(minutes: int) -> str:
+    hours, rest = divmod(minutes, 60)
+    return " ".join(p for p in (f"{hours}h" if hours else "", f"{rest}m" if rest else "") if p)
+
+
+def gitlab_release_rule(spec: Spec) -> str:
+    """Only a branch pipeline of the release branch: merge request and tag pipelines have no
+    CI_COMMIT_BRANCH, so they never match."""
+    branch = spec.site.ci.release_branch
+    return f'$CI_COMMIT_BRANCH == "{branch}"' if branch else "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH"
+
+
+def github_release_ref(spec: Spec) -> str:
+    branch = spec.site.ci.release_branch
+    return f"'refs/heads/{branch}'" if branch else "format('refs/heads/{0}', github.event.repository.default_branch)"
+
+
+def _branch_words(spec: Spec) -> str:
+    branch = spec.site.ci.release_branch
+    return f"branch {branch} (site.ci.release_branch)" if branch else "the repository's default branch"
+
+
 def gitlab(spec: Spec, pipe: Pipeline, imgbuild: str) -> str:
     """The child pipeline: stages build, gpu, release; `needs` make it a DAG (jobs start as soon as what
-    they need passed; a failed job leaves every job that needs it unrun)."""
-    ci = spec.site.ci
-    doc: dict = {"stages": list(GITLAB_STAGES)}
+    they need passed; a failed job leaves every job that needs it unrun). Release jobs carry `rules:` that
+    keep them out of every pipeline but the release branch's."""
+    doc: dict = {"stages": list(GITLAB_STAGES), "default": {"retry": {"max": 2, "when": list(RUNNER_FAILURES)}}}
     stage = {"node": "build", "gpu": "gpu", "release": "release"}
     for job in pipe.jobs.values():
         body: dict = {"stage": stage[job.role], "needs": list(job.needs)}
-        tags = ci.gpu_runner_tags if job.role == "gpu" else ci.runner_tags
-        if tags:
-            body["tags"] = list(tags)
         if job.role == "release":
+            body["rules"] = [{"if": gitlab_release_rule(spec)}]
             body["resource_group"] = f"imgbuild-release-{job.stack}"   # one tag move per stack at a time
+        if job.runners:
+            body["tags"] = list(job.runners)
+        body["timeout"] = gitlab_duration(job.minutes)
+        # A newer pipeline may cancel one that moves no tag: a killed build leaves no half-written state
+        # (content keys), while a release runs to its end.
+        body["interruptible"] = job.role != "release"
         body["script"] = [command(imgbuild, job.argv)]
         doc[job.id] = body
-    return HEADER.format(system="gitlab") + dump(doc)
+    return HEADER.format(system="gitlab", branch=_branch_words(spec)) + dump(doc)
 
 
-def github(spec: Spec, pipe: Pipeline, imgbuild: str, regenerate: tuple, workflow: str) -> str:
-    """The workflow: a first job regenerates it (`regenerate`: the arguments that wrote it) and fails on
-    any difference from the committed file, so a stale workflow builds nothing; then the plan's jobs."""
+def _pinned(text: str, actions: dict) -> str:
+    """`uses: OWNER/REPO@COMMIT  # VERSION`: YAML writers drop comments, so the version goes in after."""
+    for pin in actions.values():
+        if pin.version:
+            text = re.sub(rf"(uses: {re.escape(pin.uses)})$", rf"\1  # {pin.version}", text, flags=re.M)
+    return text
+
+
+def github(spec: Spec, pipe: Pipeline, imgbuild: str, regenerate: tuple, workflow: str, common: tuple) -> str:
+    """The workflow: a first job refuses a file written offline, regenerates it (`regenerate`: the
+    arguments that wrote it, never --offline) and fails on any difference from the committed file, so a
+    stale workflow builds nothing; a review job on pull requests; then the plan's jobs. Release jobs run
+    only for a push (or a manual run) of the release branch, in an environment the site can protect."""
     ci = spec.site.ci
+    checkout = {"uses": ci.github_actions["checkout"].uses}
+    upload = ci.github_actions["upload-artifact"].uses
     runs_on = list(ci.github_runs_on or DEFAULT_RUNS_ON)
     fresh = "$RUNNER_TEMP/imgbuild-workflow.yml"   # the runner's own variable, expanded by the shell
+    release_ref = github_release_ref(spec)
+    refuse = (f"if head -n 1 {shlex.quote(workflow)} | grep -q {shlex.quote('^' + OFFLINE_MARK)}; then "
+              f"echo {shlex.quote('::error::' + workflow + ' was written with --offline (keys may be provisional): regenerate it without --offline and commit it')}; "
+              "exit 1; fi")
     jobs: dict = {CURRENT_JOB: {
         "name": "workflow matches stacks file",
         "runs-on": list(runs_on),
-        "steps": [{"uses": CHECKOUT},
+        "timeout-minutes": ci.timeouts["review"],
+        "steps": [dict(checkout),
+                  {"name": "refuse a file written offline", "run": refuse},
                   {"name": "regenerate", "run": command(imgbuild, regenerate + ("--out",)) + f' "{fresh}"'},
                   {"name": "compare", "run": f'diff -u {shlex.quote(workflow)} "{fresh}"'}],
+    }, REVIEW_JOB: {
+        "name": "review: what the change rebuilds and which tags move",
+        "if": "github.event_name == 'pull_request'",
+        "runs-on": list(runs_on),
+        "timeout-minutes": ci.timeouts["review"],
+        "steps": [dict(checkout, **{"with": {"fetch-depth": 0}}),
+                  # The base branch's name reaches the shell as a variable, never as text in the script.
+                  {"name": "imgbuild diff", "env": {"BASE_REF": "${{ github.base_ref }}"},
+                   "run": review_script(imgbuild, '"origin/$BASE_REF"', common)
+                   + f'\ncat {REVIEW_FILE} >> "$GITHUB_STEP_SUMMARY"'},
+                  {"name": "keep the report", "uses": upload,
+                   "with": {"name": "imgbuild-review", "path": REVIEW_FILE}}],
     }}
     for job in pipe.jobs.values():
         needs = list(job.needs) or [CURRENT_JOB]
         label = {"node": f"layer {job.name} {job.key and job.key[:KEY_SHOWN]}",
-                 "gpu": f"GPU checks {job.name} {job.key and job.key[:KEY_SHOWN]}", "release": f"release {job.name}"}
-        jobs[job.id] = {"name": label[job.role], "needs": needs,
-                        "runs-on": list(ci.github_gpu_runs_on if job.role == "gpu" else runs_on),
-                        "steps": [{"uses": CHECKOUT}, {"run": command(imgbuild, job.argv)}]}
+                 "gpu": f"GPU checks {job.name} {job.key and job.key[:KEY_SHOWN]} on {job.gpu}",
+                 "release": f"release {job.name}"}
+        body: dict = {"name": label[job.role], "needs": needs}
         if job.role == "release":
-            jobs[job.id]["concurrency"] = {"group": f"imgbuild-release-{job.stack}", "cancel-in-progress": False}
-    doc = {"name": "imgbuild", "on": ["push", "workflow_dispatch"], "permissions": {"contents": "read"},
+            body["if"] = f"(github.event_name == 'push' || github.event_name == 'workflow_dispatch') && github.ref == {release_ref}"
+            body["environment"] = {"name": ci.github_environment}
+            body["concurrency"] = {"group": f"imgbuild-release-{job.stack}", "cancel-in-progress": False}
+        body["runs-on"] = list(job.runners or runs_on)
+        body["timeout-minutes"] = job.minutes
+        body["steps"] = [dict(checkout), {"run": command(imgbuild, job.argv)}]
+        jobs[job.id] = body
+    doc = {"name": "imgbuild",
+           # Every branch and pull request builds and validates; only the release branch's jobs move tags.
+           "on": {"push": None, "pull_request": None, "workflow_dispatch": None},
+           "permissions": {"contents": "read"},
+           # A newer push cancels an older run of the same branch or pull request, but never one of the
+           # release branch, whose release jobs run to their end.
+           "concurrency": {"group": "imgbuild-${{ github.ref }}",
+                           "cancel-in-progress": f"${{{{ github.ref != {release_ref} }}}}"},
            "jobs": jobs}
-    return HEADER.format(system="github") + dump(doc)
+    return HEADER.format(system="github", branch=_branch_words(spec)) + _pinned(dump(doc), ci.github_actions)
+
+
+def review_script(imgbuild: str, target: str, common: tuple) -> str:
+    """`imgbuild diff --markdown` of the target branch against the change, into REVIEW_FILE and the log.
+    diff exits 1 when the two differ, which is the point of a review, not a failure; 2 is an error."""
+    words = command(imgbuild, ("diff", "--markdown", "--registry"))
+    return (f"{words} {target} HEAD {shlex.join(common)} > {REVIEW_FILE} || [ $? -eq 1 ]\n"
+            f"cat {REVIEW_FILE}")
 
 
 def write(path: Path, text: str) -> None:
@@ -220,9 +363,12 @@ def generate(spec: Spec, names: list[str], system: str, *, imgbuild: str = "imgb
     notes: list[str] = []
     if plan is None:
         plan, notes = plan_for(spec, names, offline)
+    if "--offline" in regenerate:
+        raise ValueError("the self-check regenerates online: --offline never reaches it")
     pipe = pipeline(spec, plan, names, system, common)
-    text = gitlab(spec, pipe, imgbuild) if system == "gitlab" else github(spec, pipe, imgbuild, regenerate, workflow)
-    return text, notes + pipe.notes
+    text = gitlab(spec, pipe, imgbuild) if system == "gitlab" else \
+        github(spec, pipe, imgbuild, regenerate, workflow, common)
+    return (OFFLINE_LINE if offline else "") + text, notes + pipe.notes
 
 
 __all__ = ["generate", "pipeline", "plan_for", "job_id", "Job", "Pipeline", "SYSTEMS"]

@@ -261,7 +261,8 @@ ImgbuildCmdOpt = typer.Option("imgbuild", "--imgbuild", help="How the jobs call 
                               "quoted), e.g. '.venv/bin/imgbuild'.")
 CiOutOpt = typer.Option(None, "--out", "-o", help="Write the pipeline to this file (default: stdout).")
 OfflineCiOpt = typer.Option(False, "--offline", help="Ask no registry: bases neither pinned nor locked keep "
-                            "provisional keys (their node jobs will refuse); for review only.")
+                            "provisional keys (their node jobs will refuse); for review only: the file says so in "
+                            "its first line, and GitHub's self-check refuses it.")
 
 
 def _ci(system: str, selectors, file: Path, all_: bool, kinds, imgbuild_cmd: str, out, offline: bool,
@@ -270,9 +271,10 @@ def _ci(system: str, selectors, file: Path, all_: bool, kinds, imgbuild_cmd: str
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
     common = ("-f", str(file)) + tuple(a for k in kinds or [] for a in ("--kinds", str(k)))
-    # GitHub's first job writes the workflow again with these very arguments and compares.
+    # GitHub's first job writes the workflow again with these very arguments and compares; never with
+    # --offline, so a file written offline (provisional keys) cannot pass its own check on a runner.
     regenerate = ("ci", system, *(["--all"] if all_ else [f"stack={n}" for n in names]), *common,
-                  "--imgbuild", imgbuild_cmd, "--workflow", str(workflow)) + (("--offline",) if offline else ())
+                  "--imgbuild", imgbuild_cmd, "--workflow", str(workflow))
     text, notes = ci.generate(spec, names, system, imgbuild=imgbuild_cmd, common=common, regenerate=regenerate,
                               workflow=str(workflow), offline=offline)
     for note in notes:

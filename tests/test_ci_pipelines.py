@@ -21,8 +21,12 @@ from builder.load.spec import load_spec
 from conftest import REPO, write_stacks
 
 EXAMPLE = REPO / "examples" / "real" / "megatron-ci-lts" / "stacks.yaml"
-GPU_CI = {"runner_tags": ["docker"], "gpu_runner_tags": ["gpu", "h100"],
-          "github_runs_on": ["self-hosted", "linux"], "github_gpu_runs_on": ["self-hosted", "gpu"]}
+# A mixed site: A100 runners by model, Hopper and Blackwell runners by generation.
+GPU_CI = {"runner_tags": ["docker"],
+          "gpu_runner_tags": {"A100": ["gpu", "a100"], "hopper": ["gpu", "h100"], "blackwell": ["gpu", "b200"]},
+          "github_runs_on": ["self-hosted", "linux"],
+          "github_gpu_runs_on": {"A100": ["self-hosted", "a100"], "hopper": ["self-hosted", "h100"],
+                                 "blackwell": ["self-hosted", "b200"]}}
 GITLAB_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")
 GITHUB_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,99}\Z")
 RESERVED = {"image", "services", "stages", "types", "before_script", "after_script", "variables", "cache",
@@ -62,12 +66,24 @@ def test_the_pipeline_is_the_plan(cli, tmp_path, source, ci, system):
     jobs = doc if system == "gitlab" else doc["jobs"]
     if system == "gitlab":
         assert doc["stages"] == ["build", "gpu", "release"]
-        jobs = {k: v for k, v in doc.items() if k != "stages"}
+        assert doc["default"]["retry"]["when"] and "script_failure" not in doc["default"]["retry"]["when"]
+        jobs = {k: v for k, v in doc.items() if k not in ("stages", "default")}
     ident = (lambda s: s) if system == "gitlab" else (lambda s: s.replace(".", "_"))
     node_job = {k: ident(f"node-{n.name}-{n.short[:12]}") for k, n in plan.nodes.items()}
     gpu_nodes = {k for k, n in plan.nodes.items() if any(c.gpu for c in n.checks)}
     assert gpu_nodes, "the fixture should have layers with GPU checks"
-    gpu_job = {k: ident(f"gpu-{plan.nodes[k].name}-{plan.nodes[k].short[:12]}") for k in gpu_nodes} if ci else {}
+    gmap = dict(GPU_CI["gpu_runner_tags" if system == "gitlab" else "github_gpu_runs_on"]) if ci else {}
+
+    def choice(stack: str):
+        """The first GPU of the stack, in its order, that a runner has: by model, else by generation."""
+        from builder.rules import catalog
+        for gpu in spec.stack(stack).gpus:
+            for name in (gpu.name, catalog.gpu_generation(gpu)):
+                if name in gmap:
+                    return name
+        return None
+    gpu_job = {(k, choice(s)): ident(f"gpu-{plan.nodes[k].name}-{plan.nodes[k].short[:12]}-{choice(s).lower()}")
+               for k in gpu_nodes for s in plan.users[k] if choice(s)}
 
     def script(job: dict) -> list[str]:
         lines = job["script"] if system == "gitlab" else [s["run"] for s in job["steps"] if "run" in s]
@@ -77,10 +93,14 @@ def test_the_pipeline_is_the_plan(cli, tmp_path, source, ci, system):
     def needs(job: dict) -> list[str]:
         return list(job["needs"])
 
-    # One job per distinct node (each once, shared ones too), and nothing else but GPU, release (and GitHub's check).
+    def runners(job: dict):
+        return job.get("tags") if system == "gitlab" else job["runs-on"]
+
+    # One job per distinct node (each once, shared ones too), GPU jobs per GPU choice, release jobs (and
+    # GitHub's self-check and review).
     expected = set(node_job.values()) | set(gpu_job.values()) | {ident(f"release-{s}") for s in names}
     if system == "github":
-        expected.add("workflow-current")
+        expected |= {"workflow-current", "review"}
     assert set(jobs) == expected
     assert len(node_job) == len(plan.nodes) == len(set(node_job.values()))
     for name in jobs:
@@ -93,25 +113,27 @@ def test_the_pipeline_is_the_plan(cli, tmp_path, source, ci, system):
         argv = script(job)
         assert argv[:3] == ["imgbuild", "build", "--node"] and argv[3] == node.short, argv
         assert argv[4].startswith("stack=") and argv[4][6:] in plan.users[key] and argv[5:] == ["-f", str(file)]
-        tags = job.get("tags") if system == "gitlab" else job["runs-on"]
-        assert tags == ((GPU_CI["runner_tags"] if ci else None) if system == "gitlab"
-                        else GPU_CI["github_runs_on"] if ci else ["self-hosted"])
-        if key in gpu_job:
-            gjob = jobs[gpu_job[key]]
-            assert script(gjob) == argv                       # the same node job, on a GPU runner
-            assert needs(gjob) == [node_job[key]] + ([gpu_job[node.parent]] if node.parent in gpu_job else [])
-            assert (gjob["tags"] if system == "gitlab" else gjob["runs-on"]) == \
-                GPU_CI["gpu_runner_tags" if system == "gitlab" else "github_gpu_runs_on"]
+        assert runners(job) == ((GPU_CI["runner_tags"] if ci else None) if system == "gitlab"
+                                else GPU_CI["github_runs_on"] if ci else ["self-hosted"])
+        for (k, gpu), gid in gpu_job.items():
+            if k != key:
+                continue
+            gjob = jobs[gid]
+            assert script(gjob) == argv                       # the same node job, on a runner with that GPU
+            assert needs(gjob) == [node_job[key]] + ([gpu_job[(node.parent, gpu)]] if (node.parent, gpu) in gpu_job else [])
+            assert runners(gjob) == gmap[gpu]
             assert gjob.get("stage", "gpu") == "gpu"
     for name in names:
         job = jobs[ident(f"release-{name}")]
         chain = plan.stacks[name]
-        assert sorted(needs(job)) == sorted([node_job[k] for k in chain] + [gpu_job[k] for k in chain if k in gpu_job])
+        mine = [gpu_job[(k, choice(name))] for k in chain if (k, choice(name)) in gpu_job]
+        assert sorted(needs(job)) == sorted([node_job[k] for k in chain] + mine)
         # With GPU jobs, the release reads their results in the registry too (--require-gpu-checks).
-        gpu_proof = ["--require-gpu-checks"] if any(k in gpu_job for k in chain) else []
+        gpu_proof = ["--require-gpu-checks"] if mine else []
         assert script(job) == ["imgbuild", "release", f"stack={name}", *gpu_proof, "-f", str(file)]
     if not ci:
         assert "GPU checks but site.ci" in err and not any(j.startswith("gpu-") for j in jobs)
+        assert ("run on any runner" if system == "gitlab" else "any self-hosted runner") in err
     assert "&id" not in text and "*id" not in text           # no YAML aliases: each job whole
 
 
@@ -131,21 +153,28 @@ def test_shared_layers_are_one_job_needed_by_every_stack_that_uses_them(cli, tmp
 
 def test_the_github_workflow_regenerates_to_itself(cli, tmp_path):
     """The check job's command, run again, writes the very same file: a committed workflow is current
-    exactly when that job's diff is empty."""
-    file = with_ci(tmp_path, EXAMPLE, GPU_CI, "s")
+    exactly when that job's diff is empty. Every base of this file is pinned, so no registry is asked."""
+    data = yaml.safe_load(EXAMPLE.read_text())
+    for name, base in data["bases"].items():
+        base["digest"] = "sha256:" + f"{abs(hash(name)) % 16:x}" * 64
+    data.setdefault("site", {})["ci"] = dict(GPU_CI, release_branch="release/stable")
+    file = write_stacks(tmp_path / "s", data)
     out = tmp_path / "imgbuild.yml"
-    res = cli("ci", "github", "--all", "--offline", "-f", str(file), "--out", str(out), "--workflow", str(out))
+    res = cli("ci", "github", "--all", "-f", str(file), "--out", str(out), "--workflow", str(out))
     assert res.code == 0, res.output
     doc = yaml.safe_load(out.read_text())
     steps = doc["jobs"]["workflow-current"]["steps"]
-    regen = shlex.split(steps[1]["run"])
+    regen = shlex.split(steps[2]["run"])
     assert regen[:3] == ["imgbuild", "ci", "github"] and regen[-2:] == ["--out", "$RUNNER_TEMP/imgbuild-workflow.yml"]
-    assert shlex.split(steps[2]["run"]) == ["diff", "-u", str(out), "$RUNNER_TEMP/imgbuild-workflow.yml"]
+    assert shlex.split(steps[3]["run"]) == ["diff", "-u", str(out), "$RUNNER_TEMP/imgbuild-workflow.yml"]
+    # The release branch setting is part of what it regenerates.
+    assert "refs/heads/release/stable" in doc["jobs"]["release-megatron-ci-lts"]["if"]
     again = tmp_path / "again.yml"
     res = cli(*regen[1:-1], str(again))
     assert res.code == 0, res.output
     assert again.read_bytes() == out.read_bytes()
-    assert doc["on"] == ["push", "workflow_dispatch"] and doc["permissions"] == {"contents": "read"}
+    assert set(doc["on"]) == {"push", "pull_request", "workflow_dispatch"} and doc["permissions"] == {"contents": "read"}
+    assert "--offline" not in regen
 
 
 def test_words_are_quoted(cli, tmp_path):
@@ -203,15 +232,30 @@ def test_the_readme_parent_pipeline_generates_then_triggers():
 
 BAD_CI = [
     ("unknown key", "  ci:\n    runner_tag: [docker]\n", "IB201", 6, "site.ci.runner_tag", "unknown key 'runner_tag'"),
-    ("not a list", "  ci:\n    gpu_runner_tags: gpu\n", "IB202", 6, "site.ci.gpu_runner_tags",
+    ("not a list", "  ci:\n    runner_tags: docker\n", "IB202", 6, "site.ci.runner_tags",
      "expected a list of runner tags, got"),
-    ("a space", "  ci:\n    gpu_runner_tags: [gpu, 'h 100']\n", "IB208", 6, "site.ci.gpu_runner_tags[1]",
+    # One tag list for every GPU sent the A100 stack's GPU checks to H100 runners: refused with the new form.
+    ("one list for every GPU", "  ci:\n    gpu_runner_tags: [gpu, h100]\n", "IB202", 6, "site.ci.gpu_runner_tags",
+     "expected a mapping of GPU model or generation to runner tags"),
+    ("a space", "  ci:\n    gpu_runner_tags: {H100: [gpu, 'h 100']}\n", "IB208", 6, "site.ci.gpu_runner_tags.H100[1]",
      "is not a runner tag"),
+    ("unknown GPU", "  ci:\n    github_gpu_runs_on: {h100: [self-hosted]}\n", "IB204", 6,
+     "site.ci.github_gpu_runs_on.h100", "unknown GPU or GPU generation 'h100' (did you mean 'H100'?)"),
     ("shell", "  ci:\n    github_runs_on:\n      - self-hosted\n      - '$(reboot)'\n", "IB208", 8,
      "site.ci.github_runs_on[1]", "is not a runner tag"),
     ("twice", "  ci:\n    runner_tags: [docker, docker]\n", "IB208", 6, "site.ci.runner_tags[1]", "listed twice"),
-    ("not a mapping", "  ci: [docker]\n", "IB202", 5, "site.ci", "expected a mapping of runner tag lists"),
+    ("not a mapping", "  ci: [docker]\n", "IB202", 5, "site.ci", "expected a mapping of CI settings"),
     ("a mapping", "  ci:\n    runner_tags: [{a: b}]\n", "IB202", 6, "site.ci.runner_tags[0]", "expected"),
+    ("branch", "  ci:\n    release_branch: 'main\\\" || true'\n", "IB208", 6, "site.ci.release_branch",
+     "is not a branch name"),
+    ("branch ..", "  ci:\n    release_branch: a..b\n", "IB208", 6, "site.ci.release_branch", "is not a branch name"),
+    ("action by tag", "  ci:\n    github_actions: {checkout: {commit: v4}}\n", "IB206", 6,
+     "site.ci.github_actions.checkout.commit", "is not a 40-hex commit"),
+    ("unknown action", "  ci:\n    github_actions: {setup-python: {commit: " + "a" * 40 + "}}\n", "IB201", 6,
+     "site.ci.github_actions.setup-python", "unknown key 'setup-python'"),
+    ("timeout", "  ci:\n    timeouts: {build: 0}\n", "IB208", 6, "site.ci.timeouts.build", "is not a number of minutes"),
+    ("timeout text", "  ci:\n    timeouts: {cuda_build: 4h}\n", "IB202", 6, "site.ci.timeouts.cuda_build",
+     "expected whole minutes"),
 ]
 
 
@@ -232,4 +276,4 @@ def test_site_ci_is_read_into_the_site():
     import builder.load.spec as spec_mod
     assert "ci" in spec_mod.SITE_KEYS
     spec = load_spec(REPO / "stacks.yaml")
-    assert spec.site.ci == spec_mod.CiRunners()
+    assert spec.site.ci == spec_mod.CiSettings()

@@ -1,17 +1,25 @@
-"""The generated GitLab pipeline, run for real (issue 12): gitlab-ci-local with the shell executor in a
-temporary git repository (with an `origin` remote) holding a cpu-smoke stacks file in a fresh registry
-namespace. The repository's .gitlab-ci.yml is the README's parent pipeline itself (its generate job's
-command pointed at this checkout): the generate job writes child.yml with `imgbuild ci gitlab --all` and
-the trigger job runs it (`trigger: include: artifact`, `strategy: depend`), which gitlab-ci-local 4.73
+"""The generated GitLab pipeline, run for real (issues 12 and 18): gitlab-ci-local with the shell executor
+in a temporary git repository whose `origin` is a local bare repository, holding a cpu-smoke stacks file
+in a fresh registry namespace. Its .gitlab-ci.yml is the README's parent pipeline itself (its imgbuild
+commands pointed at this checkout): the generate job writes child.yml with `imgbuild ci gitlab --all`
+and the trigger job runs it (`trigger: include: artifact`, `strategy: depend`), which gitlab-ci-local 4.73
 supports (it says "downstream pipeline is experimental"), except that a failed child does not fail the
-trigger job (so its exit code is 0 in (d)). tests/test_ci_pipelines.py checks the same parent's shape and
-the child's jobs without running them.
+trigger job (so its exit code is 0 in (d)); the review job runs on merge request pipelines.
+tests/test_ci_policy.py checks the same parent's rules and the schemas without running them.
 
-Four pipelines, in order: (a) a fresh one builds every layer and releases; (b) a second one builds
-nothing (every node job says reused); (c) a project pin change rebuilds only the project layer;
-(d) a check that fails leaves the release job unrun and every tag where it was. The jobs get the
-environment of every e2e build (e2e.env_for: IMGBUILD_HOME, the CA bundle, netrc and index URL
-secrets; the wheelhouse is pip's find-links) from gitlab-ci-local, which passes its own environment on."""
+Four pipelines, in order, each read against the real registry:
+(a) a push of a feature branch builds and validates every layer image, and releases nothing: no release
+    job runs and no tag exists after it;
+(b) the same commit on main (the default branch) releases: every node job reuses, the release job runs,
+    the tags appear;
+(c) a merge request pipeline (CI_PIPELINE_SOURCE=merge_request_event, no CI_COMMIT_BRANCH, as GitLab
+    runs one) for a project pin change into main: the review job writes the diff report (the project
+    rebuilds, its cause, the tags that would move, written out), the child builds only the project, and
+    every tag stays where (b) put it;
+(d) a check that fails on main leaves the release job unrun and every tag where it was.
+The jobs get the environment of every e2e build (e2e.env_for: IMGBUILD_HOME, the CA bundle, netrc and
+index URL secrets; the wheelhouse is pip's find-links) from gitlab-ci-local, which passes its own
+environment on."""
 
 from __future__ import annotations
 
@@ -37,15 +45,17 @@ LAYERS = ("cpu-torch-2.13", "ds-0.19.8-cpu", "cpu-env", "smoke-train")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 GIT = ("git", "-c", "user.email=ci@example.invalid", "-c", "user.name=imgbuild-test")
 IMGBUILD = f"{sys.executable} -m builder.cli"
+REVIEW = "imgbuild-review.md"
 
 
 def parent_pipeline() -> str:
-    """The README's parent .gitlab-ci.yml, its generate job calling this checkout's imgbuild."""
+    """The README's parent .gitlab-ci.yml, its imgbuild commands calling this checkout's imgbuild."""
     text = (ROOT / "README.md").read_text()
     block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "trigger:" in b)
     words = "imgbuild ci gitlab --all -f stacks.yaml --out child.yml"
-    assert words in block, block
-    return block.replace(words, f"{IMGBUILD} ci gitlab --all -f stacks.yaml --imgbuild '{IMGBUILD}' --out child.yml")
+    assert words in block and "- imgbuild diff --markdown" in block, block
+    block = block.replace(words, f"{IMGBUILD} ci gitlab --all -f stacks.yaml --imgbuild '{IMGBUILD}' --out child.yml")
+    return block.replace("- imgbuild diff --markdown", f"- {IMGBUILD} diff --markdown")
 
 
 def write_stacks(repo: Path, mutate=lambda data: None) -> None:
@@ -58,6 +68,10 @@ def write_stacks(repo: Path, mutate=lambda data: None) -> None:
     subprocess.run([*GIT, "commit", "-q", "--allow-empty", "-m", "stacks"], cwd=repo, check=True)
 
 
+def git(repo: dict, *args: str) -> None:
+    subprocess.run([*GIT, *args], cwd=repo["path"], check=True, capture_output=True)
+
+
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> dict:
     missing = [t for t in ("gitlab-ci-local", "rsync", "git") if not shutil.which(t)]
@@ -67,21 +81,28 @@ def repo(tmp_path_factory) -> dict:
             pytest.fail(why)
         pytest.skip(why)
     work = make_work(tmp_path_factory.mktemp("gitlab-work"))
+    origin = tmp_path_factory.mktemp("gitlab-origin") / "images.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], check=True)
     path = tmp_path_factory.mktemp("gitlab-repo")
     subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
-    subprocess.run(["git", "remote", "add", "origin", "git@gitlab.example.invalid:site/images.git"], cwd=path, check=True)
+    # A real remote: the review job fetches the target branch from it, as GitLab's runner clone would.
+    subprocess.run(["git", "remote", "add", "origin", str(origin)], cwd=path, check=True)
     (path / ".gitlab-ci.yml").write_text(parent_pipeline())
-    (path / ".gitignore").write_text(".gitlab-ci-local/\nchild.yml\n")
+    (path / ".gitignore").write_text(f".gitlab-ci-local/\nchild.yml\n{REVIEW}\n")
     subprocess.run([*GIT, "add", ".gitlab-ci.yml", ".gitignore"], cwd=path, check=True)
     write_stacks(path)
-    return {"path": path, "work": work, "runs": []}
+    out = {"path": path, "work": work, "runs": []}
+    git(out, "push", "-q", "origin", "main")
+    return out
 
 
-def pipeline(repo: dict, label: str) -> dict:
-    """Run the whole pipeline; the node jobs' reports (one node each) written during it, by layer."""
+def pipeline(repo: dict, label: str, *variables: str) -> dict:
+    """Run the whole pipeline of the checked-out branch; the node jobs' reports (one node each) written
+    during it, by layer. variables: NAME=VALUE of gitlab-ci-local's --variable (a merge request)."""
     start = time.time()
-    proc = subprocess.run(["gitlab-ci-local", "--shell-executor-no-image"], cwd=repo["path"],
-                          env=env_for(repo["work"]), capture_output=True, text=True, timeout=3600)
+    argv = ["gitlab-ci-local", "--shell-executor-no-image"] + [a for v in variables for a in ("--variable", v)]
+    proc = subprocess.run(argv, cwd=repo["path"], env=env_for(repo["work"]), capture_output=True, text=True,
+                          timeout=3600)
     seconds = time.time() - start
     out = ANSI.sub("", proc.stdout + proc.stderr)
     (repo["work"] / f"pipeline-{label}.log").write_text(out)
@@ -107,26 +128,36 @@ def job_lines(out: str, job: str) -> list[str]:
     return [line for line in out.splitlines() if f"{job} " in line or f"{job}:" in line]
 
 
-def test_a_fresh_pipeline_builds_and_releases(repo):
+def ran(out: str, job: str) -> bool:
+    """Whether gitlab-ci-local started the job (a job left out by its rules never appears)."""
+    return any("starting" in line or "$ " in line for line in job_lines(out, job))
+
+
+def test_a_feature_branch_builds_every_layer_and_releases_nothing(repo):
     assert tags() == {t: None for t in TAGS}
-    run = pipeline(repo, "a-fresh")
+    git(repo, "checkout", "-q", "-b", "feature/smoke")
+    run = pipeline(repo, "a-feature")
     assert run["rc"] == 0, run["out"][-6000:]
     assert {k: (v["action"], v["status"]) for k, v in run["nodes"].items()} == \
         {layer: ("build", "passed") for layer in LAYERS}, run["nodes"]
     assert "downstream pipeline" in run["out"]          # the child ran from the generate job's artifact
-    assert re.search(r"release-cpu-smoke .*ok: 1 stack\(s\) released", run["out"]), run["out"][-4000:]
-    assert None not in tags().values()
-    repo["released"] = tags()
+    assert ran(run["out"], "generate") and not ran(run["out"], "review")   # a push, not a merge request
+    assert not ran(run["out"], "release-cpu-smoke") and "released" not in run["out"], run["out"][-4000:]
+    assert tags() == {t: None for t in TAGS}
+    repo["feature"] = True
 
 
-def test_a_second_pipeline_builds_nothing(repo):
-    assert repo.get("released"), "needs the fresh pipeline"
-    run = pipeline(repo, "b-again")
+def test_the_same_commit_on_main_releases(repo):
+    assert repo.get("feature"), "needs the feature-branch pipeline"
+    git(repo, "checkout", "-q", "main")              # the feature branch's commit: nothing to merge
+    run = pipeline(repo, "b-main")
     assert run["rc"] == 0, run["out"][-6000:]
     assert {k: v["action"] for k, v in run["nodes"].items()} == {layer: "reuse" for layer in LAYERS}, run["nodes"]
     reused = [line for line in run["out"].splitlines() if "in the registry, validated; reused" in line]
     assert len(reused) == len(LAYERS), run["out"][-4000:]
-    assert tags() == repo["released"]
+    assert re.search(r"release-cpu-smoke .*ok: 1 stack\(s\) released", run["out"]), run["out"][-4000:]
+    assert None not in tags().values()
+    repo["released"] = tags()
 
 
 def _pin_v2(data):
@@ -138,20 +169,41 @@ def _require_aio(data):
     data["layers"]["ds-0.19.8-cpu"]["params"].update({"runtime_ops": ["async_io"], "libaio": False})
 
 
-def test_a_pin_change_rebuilds_only_the_project(repo):
-    assert repo.get("released"), "needs the fresh pipeline"
+def test_a_merge_request_reviews_builds_the_change_and_moves_no_tag(repo):
+    assert repo.get("released"), "needs the release on main"
+    git(repo, "checkout", "-q", "-b", "feature/pin-v2")
     write_stacks(repo["path"], _pin_v2)
-    run = pipeline(repo, "c-pin")
+    git(repo, "push", "-q", "origin", "feature/pin-v2")
+    review = repo["path"] / REVIEW
+    review.unlink(missing_ok=True)
+    # As GitLab runs a merge request pipeline: its source, the target branch, and no CI_COMMIT_BRANCH.
+    run = pipeline(repo, "c-merge-request", "CI_PIPELINE_SOURCE=merge_request_event",
+                   "CI_MERGE_REQUEST_TARGET_BRANCH_NAME=main", "CI_MERGE_REQUEST_IID=1", "CI_COMMIT_BRANCH=")
     assert run["rc"] == 0, run["out"][-6000:]
+    assert ran(run["out"], "review"), run["out"][-4000:]
+    text = review.read_text()
+    # The report: the project rebuilds, why, and the tags that would move once merged, written out.
+    assert "#### cpu-smoke: changed (1 build)" in text, text
+    assert re.search(r"\| 3 \| smoke-train \| changed \| \*\*build\*\* \| `[0-9a-f]{12} -> [0-9a-f]{12}` \| "
+                     r"sources: source d89c5dfd761d -> 1a6d04ff11a3", text), text
+    assert f"`{REGISTRY}/{NS_GL}/cpu-smoke:cpu-smoke-torch2.13.0-cpu-ds0.19.8` (moves)" in text, text
+    assert "{" not in text.split("Release tags once merged:")[1].split("\n")[0], text
+    assert "1 layer image to build, 0 to revalidate, 0 already built; 3 release tags move" in text, text
+    # The same report is in the job log and kept as the job's artifact.
+    assert re.search(r"review +> #### cpu-smoke: changed \(1 build\)", run["out"]), run["out"][-6000:]
+    artifacts = list((repo["path"] / ".gitlab-ci-local").rglob(REVIEW))
+    assert any(p.read_text() == text for p in artifacts), artifacts
+    # The child built the project (the merge request's keys are ready for main), and moved no tag.
     assert {k: v["action"] for k, v in run["nodes"].items()} == \
         {"cpu-torch-2.13": "reuse", "ds-0.19.8-cpu": "reuse", "cpu-env": "reuse", "smoke-train": "build"}, run["nodes"]
-    now = tags()
-    assert None not in now.values() and now["cpu-smoke"] != repo["released"]["cpu-smoke"]
-    repo["pinned"] = now
+    assert not ran(run["out"], "release-cpu-smoke") and "released" not in run["out"]
+    assert tags() == repo["released"]
+    repo["reviewed"] = True
 
 
 def test_a_failing_check_leaves_the_release_unrun_and_every_tag_in_place(repo):
-    assert repo.get("pinned"), "needs the pin-change pipeline"
+    assert repo.get("reviewed"), "needs the merge request pipeline"
+    git(repo, "checkout", "-q", "main")
     write_stacks(repo["path"], _require_aio)      # the keys stay, the DeepSpeed layer's checks get stricter
     run = pipeline(repo, "d-failing")
     # gitlab-ci-local 4.73 does not carry a child pipeline's failure to its trigger job (GitLab does, with
@@ -162,6 +214,6 @@ def test_a_failing_check_leaves_the_release_unrun_and_every_tag_in_place(repo):
     assert "async_io must be compatible" in run["out"]
     # The jobs that need it never started: no report of theirs, and the release job never ran.
     assert set(nodes) == {"cpu-torch-2.13", "ds-0.19.8-cpu"}, nodes
-    assert not [line for line in job_lines(run["out"], "release-cpu-smoke") if "starting" in line or "$ " in line]
+    assert not ran(run["out"], "release-cpu-smoke")
     assert "released" not in run["out"]
-    assert tags() == repo["pinned"]
+    assert tags() == repo["released"]

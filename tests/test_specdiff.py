@@ -7,6 +7,7 @@ import re
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from conftest import REPO, run_cli
 PIN_V1 = "d89c5dfd761db2eb8352a3c3df6659c984547929"
 PIN_V2 = "1a6d04ff11a3a379285c6dc7862d82d095f0056c"
 DEBIAN_DIGEST = "sha256:" + "ab" * 32
+TODAY = time.strftime("%Y.%m.%d", time.gmtime())
 
 
 def git(repo: Path, *args: str) -> str:
@@ -129,9 +131,11 @@ def test_a_pin_rebuilds_only_the_project_and_moves_its_tags(repo):
     assert any(line.startswith("+ ") and PIN_V2 in line for line in found["dockerfile"].lines)
     smoke = by_stack["cpu-smoke"]
     assert smoke.tag_action == "move"
+    # Templates are shown as the release would write them: versions from what the stack pins, today's date.
     assert smoke.tags == ("127.0.0.1:5000/imgbuild/cpu-smoke:cpu-smoke",
-                          "127.0.0.1:5000/imgbuild/cpu-smoke:cpu-smoke-{date}",
-                          "127.0.0.1:5000/imgbuild/cpu-smoke:cpu-smoke-torch{torch}-ds{deepspeed}")
+                          f"127.0.0.1:5000/imgbuild/cpu-smoke:cpu-smoke-{TODAY}",
+                          "127.0.0.1:5000/imgbuild/cpu-smoke:cpu-smoke-torch2.13.0-cpu-ds0.19.8")
+    assert smoke.created == () and smoke.moved == smoke.tags      # the old revision wrote the same three
     assert all(n.action == "reuse" for n in smoke.nodes if n.change == "unchanged")
     assert [s.tags for s in d.stacks if s.name != "cpu-smoke"] == [(), (), ()]
     assert d.keys("build") == [("smoke-train", node.new_key)]
@@ -150,6 +154,11 @@ def test_a_version_rebuilds_the_layer_and_everything_above_it(repo):
     assert causes(nodes["cpu-env"])["parent"].detail == "ds-0.19.8-cpu changed"
     assert causes(nodes["smoke-train"])["parent"].detail == "cpu-env changed (the change starts at ds-0.19.8-cpu)"
     assert {n.action for n in nodes.values()} == {"build"}
+    # A new version is a new versioned tag, told apart from the tags that move.
+    smoke = next(s for s in d.stacks if s.name == "cpu-smoke")
+    versioned = "127.0.0.1:5000/imgbuild/cpu-smoke:cpu-smoke-torch2.13.0-cpu-ds0.19.9"
+    assert smoke.created == (versioned,) and smoke.tag_action == "move"
+    assert smoke.moved == ("127.0.0.1:5000/imgbuild/cpu-smoke:cpu-smoke", f"127.0.0.1:5000/imgbuild/cpu-smoke:cpu-smoke-{TODAY}")
 
 
 def test_the_gpu_list_changes_the_arch_lists_of_compiled_layers_only(repo):
@@ -221,6 +230,7 @@ def test_stacks_added_and_removed(repo):
     assert [(n.layer, n.change, n.action) for n in new.nodes] == [
         ("cpu-torch-2.13", "added", "reuse"), ("ds-0.19.8-cpu", "added", "reuse"), ("cpu-env", "added", "reuse"),
         ("smoke-train-next", "added", "build")]
+    assert new.created == new.tags and len(new.tags) == 3 and "{" not in "".join(new.tags)
     gone = by_stack["a100-deepspeed"]
     assert gone.status == "removed" and gone.tags == () and {n.change for n in gone.nodes} == {"removed"}
 
@@ -244,7 +254,20 @@ def test_equal_revisions_exit_0_and_different_exit_1(repo, cli):
     assert "summary: 0 layer images to build" in same.out
     diff = cli("diff", "base", "pin", "-f", file)
     assert diff.code == 1, diff.output
-    assert "smoke-train" in diff.out and "tags that would move:" in diff.out
+    assert "smoke-train" in diff.out and "release tags once merged:" in diff.out
+    assert "    moves cpu-smoke" not in diff.out        # tags are shown whole, with the registry
+    assert re.search(r"^    moves 127\.0\.0\.1:5000/imgbuild/cpu-smoke:cpu-smoke-torch2\.13\.0-cpu-ds0\.19\.8$", diff.out, re.M)
+
+
+def test_the_summary_counts_reused_images_without_calling_their_keys_new(repo, cli):
+    """An added stack that shares three layers with another: those three keys are not new keys, and the
+    summary said they were reused "under a new key". Its tags are all new."""
+    res = cli("diff", "digest", "stacks", "-f", str(repo / "stacks.yaml"), "--offline")
+    assert res.code == 1, res.output
+    summary = res.out.splitlines()[-1]
+    assert "new key" not in res.out
+    assert summary.startswith("summary: 1 layer image to build, 0 to revalidate, 3 already built;"), summary
+    assert "3 new" in summary, summary
 
 
 def test_one_revision_compares_with_the_working_tree(repo, cli):
@@ -270,6 +293,7 @@ def test_json_shape(repo, cli):
     assert data["old"].startswith("base (") and data["new"].startswith("pin (")
     smoke = data["stacks"]["cpu-smoke"]
     assert smoke["status"] == "changed" and smoke["tag_action"] == "move" and len(smoke["tags"]) == 3
+    assert smoke["tags_moved"] == smoke["tags"] and smoke["tags_created"] == []
     node = smoke["nodes"][3]
     assert node["layer"] == "smoke-train" and node["action"] == "build"
     assert [c["input"] for c in node["causes"]] == ["sources", "dockerfile"]

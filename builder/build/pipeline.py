@@ -30,12 +30,13 @@ from builder.build.manifest import build_manifest, fetch_manifest, push_manifest
 from builder.build.layout import layer_repo, pending_tag
 from builder.build.plan import KEY_LEN, Node, Plan, file_refs, image_ref, make_plan, sha256
 from builder.rules.review import gate
-from builder.build.publish import promote, release_serial
+from builder.build.publish import PublishError, promote, release_serial
 from builder.build.registry import Registry
 from builder.build.render import input_path
 from builder.build.schedule import Handoff, schedule
 from builder.build.sources import export
 from builder.load.params import FileRef
+from builder.load.ciconf import release_refusal
 from builder.load.spec import Spec
 
 Say = Callable[[str], None]
@@ -225,6 +226,11 @@ class Builder:
         # A stack is released when every one of its layer images passed; one that holds a failed layer
         # moves no tag, and does not hold back the others.
         good = [name for name in stacks if not failed & set(plan.stacks[name])] if only is None else []
+        held = release_refusal(self.spec.site.ci, os.environ) if good else None
+        if held:
+            # A branch's CI job builds and validates like the release branch's, and moves no tag.
+            self.say(f"release: not here: {held}; built and validated, no tag was moved")
+            good = []
         if good:
             # promote reads every node's recorded results again: it trusts the registry, not this loop.
             report.tags = promote(self.spec, self.registry, plan, good, date, self.say, expected=digests,
@@ -511,6 +517,9 @@ def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, da
 def release(spec: Spec, stacks: list[str], say: Say, date: str | None = None, require_gpu: bool = False) -> dict:
     """Move the release tags of already built stacks (CI's release step): no engine, nothing built.
     The proof is read from the registry by promote, never taken from a job's exit code."""
+    refusal = release_refusal(spec.site.ci, os.environ)
+    if refusal:   # before any registry is asked: a branch's job says why, not that a registry is down
+        raise PublishError(f"release refused: {refusal}; no tag was moved")
     gate(spec, stacks, say)
     registry = Registry(spec.site.registry, on_retry=say)
     registry.ping()

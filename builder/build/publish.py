@@ -21,6 +21,7 @@ from builder.build.layout import layer_repo, release_record_tag, release_repo
 from builder.build import sbom
 from builder.build.plan import Plan
 from builder.build.registry import Registry
+from builder.load.ciconf import release_refusal
 from builder.load.spec import Spec
 
 TAG_OK = re.compile(r"[^A-Za-z0-9_.-]")
@@ -95,6 +96,9 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
     image is released only on its own proof. Any doubt about any node refuses the whole promotion
     before the first tag moves.
     """
+    refusal = release_refusal(spec.site.ci, os.environ)
+    if refusal:
+        raise PublishError(f"release refused: {refusal}; no tag was moved")
     date = date or time.strftime("%Y.%m.%d", time.gmtime())
     problems: list[str] = []
     tops: dict = {}   # stack -> (repo, digest, recorded manifest)

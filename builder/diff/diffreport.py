@@ -58,12 +58,19 @@ def _why(n: NodeChange) -> str:
 
 def _summary(d: SpecDiff) -> str:
     build, reuse, reval = d.keys("build"), d.keys("reuse"), d.keys("revalidate")
-    tags = sum(len(s.tags) for s in d.stacks if s.tag_action == "move")
-    created = sum(len(s.tags) for s in d.stacks if s.tag_action == "create")
+    moved = sum(len(s.moved) for s in d.stacks)
+    created = sum(len(s.created) for s in d.stacks)
     changed = sum(1 for s in d.stacks if s.status != "unchanged")
-    text = (f"{_plural(len(build), 'layer image')} to build, {len(reuse)} reused under a new key, "
-            f"{len(reval)} to revalidate; {_plural(tags, 'release tag')} move")
-    return text + (f", {created} created" if created else "") + f" ({changed} of {_plural(len(d.stacks), 'stack')} change)"
+    # "reused": images the changed stacks need that are built already (the same key at the old revision,
+    # or a new key the registry holds), whatever the reason; unchanged layers are not counted.
+    text = (f"{_plural(len(build), 'layer image')} to build, {len(reval)} to revalidate, {len(reuse)} already "
+            f"built; {_plural(moved, 'release tag')} move")
+    return text + (f", {created} new" if created else "") + f" ({changed} of {_plural(len(d.stacks), 'stack')} change)"
+
+
+def _tag_lines(s: StackDiff) -> list[tuple[str, str]]:
+    """(tag, what happens to it) in the order of the stack's templates."""
+    return [(t, "new" if t in s.created else "moves") for t in s.tags]
 
 
 def _stack_head(s: StackDiff) -> str:
@@ -84,8 +91,8 @@ def spec_table(d: SpecDiff) -> str:
             continue
         lines += [f"  note: {n}" for n in s.notes]
         if s.tags:
-            lines.append(f"  tags that would {s.tag_action}:")
-            lines += [f"    {t}" for t in s.tags]
+            lines.append("  release tags once merged:")
+            lines += [f"    {what:<6}{t}" for t, what in _tag_lines(s)]
         width = max(len(n.layer) for n in s.nodes)
         lines.append(f"  {'#':<3}{'layer':<{width + 2}}{'change':<11}{'action':<12}key")
         for n in s.nodes:
@@ -108,7 +115,7 @@ def spec_markdown(d: SpecDiff) -> str:
         lines += ["", f"#### {_md(_stack_head(s))}", ""]
         lines += [f"- note: {_md(n)}" for n in s.notes]
         if s.tags:
-            lines.append(f"Tags that would {s.tag_action}: " + ", ".join(f"`{t}`" for t in s.tags))
+            lines.append("Release tags once merged: " + ", ".join(f"`{_md(t)}` ({what})" for t, what in _tag_lines(s)))
             lines.append("")
         lines += ["| # | layer | change | action | key | why |", "|---|---|---|---|---|---|"]
         for n in s.nodes:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import difflib
 import io
+import re
 import subprocess
 import tarfile
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,7 +25,9 @@ from builder.errors import DiffError, ImgbuildError
 from builder.build.layout import layer_repo, release_repo
 from builder.load.params import GitPin, Uninstall, WheelPin
 from builder.build.plan import Node, Plan, image_ref, make_plan
+from builder.build.publish import TAG_OK
 from builder.build.registry import Registry
+from builder.rules import facts
 from builder.build.render import CudaTargets
 from builder.load.spec import LayerDef, Spec, Stack, load_spec
 
@@ -60,9 +64,14 @@ class StackDiff:
     name: str
     status: str              # unchanged | changed | added | removed
     nodes: tuple
-    tag_action: str          # move | create | none
-    tags: tuple              # release tag references that would move or be created
+    tag_action: str          # move (some or all move) | create (every one is new) | none
+    tags: tuple              # release tag references that would move or be created, fields filled in
     notes: tuple = ()
+    created: tuple = ()      # those of `tags` that do not exist yet (the rest move)
+
+    @property
+    def moved(self) -> tuple:
+        return tuple(t for t in self.tags if t not in self.created)
 
 
 @dataclass(frozen=True)
@@ -90,8 +99,11 @@ class SpecDiff:
             "summary": {"build": [f"{l}:{k}" for l, k in self.keys("build")],
                         "reuse": [f"{l}:{k}" for l, k in self.keys("reuse")],
                         "revalidate": [f"{l}:{k}" for l, k in self.keys("revalidate")],
-                        "tags": sum(len(s.tags) for s in self.stacks)},
+                        "tags": sum(len(s.tags) for s in self.stacks),
+                        "tags_moved": sum(len(s.moved) for s in self.stacks),
+                        "tags_created": sum(len(s.created) for s in self.stacks)},
             "stacks": {s.name: {"status": s.status, "tag_action": s.tag_action, "tags": list(s.tags),
+                                "tags_created": list(s.created), "tags_moved": list(s.moved),
                                 "notes": list(s.notes), "nodes": [asdict(n) for n in s.nodes]}
                        for s in self.stacks},
         }
@@ -350,9 +362,26 @@ def _action(node: Node, old: _Side, new: _Side, reg: Registry | None) -> tuple[s
     return "build", ""
 
 
-def _tags(spec: Spec, stack: str, templates) -> tuple[str, ...]:
+def _tags(spec: Spec, stack: str, templates, date: str) -> tuple[str, ...]:
+    """The release tags as they would be written: each field filled from what the stack will hold (the
+    versions its layers pin and its base provides, as preflight knows them), so that `-ds0.19.5` reads as
+    a new tag beside `-ds0.19.4`. A field nothing declares stays `{field}` (it is read from the image
+    at release)."""
     repo = release_repo(spec.site.namespace, stack)
-    return tuple(f"{spec.site.registry}/{repo}:{t.replace('{stack}', stack)}" for t in templates)
+    known = {name: TAG_OK.sub("-", str(fact.value)) for name, fact in facts.resolve(spec, spec.stack(stack)).facts.items()
+             if fact is not None and fact.value is not None}
+    known.update(stack=stack, date=date)
+    return tuple(f"{spec.site.registry}/{repo}:" + re.sub(r"\{([^}]*)\}", lambda m: known.get(m.group(1), m.group(0)), t)
+                 for t in templates)
+
+
+def _moved(tag: str, before: tuple, reg: Registry | None) -> bool:
+    """Whether a tag exists to be moved: the registry's answer where it is asked, else whether the old
+    revision would have written the same tag."""
+    if reg is not None:
+        repo, _, name = tag.partition("/")[2].rpartition(":")
+        return reg.manifest_digest(repo, name) is not None
+    return tag in before
 
 
 def _stack_diff(name: str, old: _Side, new: _Side, reg: Registry | None) -> StackDiff:
@@ -383,8 +412,11 @@ def _stack_diff(name: str, old: _Side, new: _Side, reg: Registry | None) -> Stac
                                     action, o.short, n.short, image, was=None if o.name == n.name else o.name,
                                     note=note, causes=pair.causes(o, n, lowest)))
     nodes += [NodeChange(i, o.name, o.layer.kind.name, "removed", "none", o.short, None, None) for i, o in removed]
+    date = time.strftime("%Y.%m.%d", time.gmtime())
     if old_stack is None:
-        return StackDiff(name, "added", tuple(nodes), "create", _tags(new.spec, name, new_stack.tags))
+        tags = _tags(new.spec, name, new_stack.tags, date)
+        return StackDiff(name, "added", tuple(nodes), "create", tags,
+                         created=tuple(t for t in tags if not _moved(t, (), reg)))
     notes = []
     for o, n in matches:   # what a stacks.yaml change says without changing an image or a check (a reason)
         if o is not None and o.key == n.key and o.checks == n.checks and _param_changes(o.layer, n.layer):
@@ -392,13 +424,16 @@ def _stack_diff(name: str, old: _Side, new: _Side, reg: Registry | None) -> Stac
     if old_stack.tags != new_stack.tags:
         notes.append("tag templates: " + ", ".join([f"+ {t}" for t in new_stack.tags if t not in old_stack.tags]
                                                    + [f"- {t}" for t in old_stack.tags if t not in new_stack.tags]))
+    before = _tags(old.spec, name, old_stack.tags, date)
     if old.plan.top(name).key != new.plan.top(name).key:
-        action, tags = "move", _tags(new.spec, name, new_stack.tags)
+        tags = _tags(new.spec, name, new_stack.tags, date)
     else:
-        added = [t for t in new_stack.tags if t not in old_stack.tags]
-        action, tags = ("create" if added else "none"), _tags(new.spec, name, added)
+        tags = tuple(t for t in _tags(new.spec, name, new_stack.tags, date) if t not in before)
+    created = tuple(t for t in tags if not _moved(t, before, reg))
+    action = "none" if not tags else "create" if len(created) == len(tags) else "move"
     changed = notes or any(n.change != "unchanged" for n in nodes)
-    return StackDiff(name, "changed" if changed else "unchanged", tuple(nodes), action, tags, tuple(notes))
+    return StackDiff(name, "changed" if changed else "unchanged", tuple(nodes), action, tags, tuple(notes),
+                     created)
 
 
 def _notes(old: _Side, new: _Side, registry: bool) -> tuple[str, ...]:

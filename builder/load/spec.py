@@ -16,7 +16,8 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from builder.rules import catalog
-from builder.load import versions
+from builder.load import ciconf, versions
+from builder.load.ciconf import CiSettings
 from builder.errors import SpecError
 from builder.load.kinds import Kind, load_kinds
 from builder.load.params import ParamError, files_root, text, type_name, version
@@ -40,10 +41,6 @@ DEFAULT_TAGS = ("{stack}", "{stack}-{date}")
 SECTIONS = {"layers": ("base", "layer"), "projects": ("project",), "runtimes": ("runtime",)}
 TOP_KEYS = {"version", "site", "bases", "layers", "projects", "runtimes", "stacks"}
 SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "ci"}
-# site.ci: where `imgbuild ci` puts its jobs (GitLab runner tags, GitHub Actions runs-on labels).
-CI_KEYS = ("runner_tags", "gpu_runner_tags", "github_runs_on", "github_gpu_runs_on")
-# A runner tag or label as both CI systems and a shell line can hold it unquoted: no space, quote, `$` or `*`.
-RUNNER_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 BASE_KEYS = {"image", "digest", "family", "provides", "source", "description"}
 LAYER_KEYS = {"kind", "params", "description"}
 STACK_KEYS = {"extends", "description", "base", "layers", "project", "runtime", "gpus", "tags", "driver_floor",
@@ -56,21 +53,11 @@ DEFAULT_NAMESPACE = "imgbuild"
 
 
 @dataclass(frozen=True)
-class CiRunners:
-    """site.ci: the runners `imgbuild ci` writes into pipelines. Empty: not declared (GitLab jobs then
-    carry no tags; GitHub jobs run on `self-hosted`; no GPU jobs are written)."""
-    runner_tags: tuple = ()          # GitLab tags of the runners that build (Docker, the registry)
-    gpu_runner_tags: tuple = ()      # GitLab tags of runners with a GPU (revalidate GPU checks)
-    github_runs_on: tuple = ()       # GitHub Actions runs-on labels, the same two roles
-    github_gpu_runs_on: tuple = ()
-
-
-@dataclass(frozen=True)
 class Site:
     registry: str = DEFAULT_REGISTRY
     namespace: str = DEFAULT_NAMESPACE
     driver_floor: str | None = None   # the oldest NVIDIA driver on the site's GPU nodes
-    ci: CiRunners = CiRunners()
+    ci: CiSettings = CiSettings()
 
 
 @dataclass(frozen=True)
@@ -272,33 +259,7 @@ class _Loader:
             raise self.err(("site", "namespace"), f"{namespace!r} is not a valid repository path")
         return Site(registry=registry, namespace=namespace,
                     driver_floor=self.driver(("site", "driver_floor"), raw.get("driver_floor")),
-                    ci=self.ci(raw.get("ci")))
-
-    def ci(self, value: Any) -> CiRunners:
-        """site.ci: lists of runner tags / labels, each a plain name (they go into CI YAML and logs)."""
-        if value is None:
-            return CiRunners()
-        raw = self.mapping(("site", "ci"), value, set(CI_KEYS), what="a mapping of runner tag lists")
-        out = {}
-        for key in CI_KEYS:
-            path = ("site", "ci", key)
-            items = raw.get(key)
-            if items is None:
-                continue
-            if not isinstance(items, list):
-                raise self.err(path, f"expected a list of runner tags, got {type_name(items)}",
-                               hint=f"e.g. {key}: [gpu, h100]")
-            seen: list = []
-            for i, item in enumerate(items):
-                label = self.string(path + (i,), item)
-                if not RUNNER_LABEL.match(label):
-                    raise self.err(path + (i,), f"{redact(label[:70])!r} is not a runner tag: letters, digits and . _ -, "
-                                   "starting with a letter or digit, at most 64 characters")
-                if label in seen:
-                    raise self.err(path + (i,), f"{label!r} is listed twice")
-                seen.append(label)
-            out[key] = tuple(seen)
-        return CiRunners(**out)
+                    ci=ciconf.parse(self, raw.get("ci")))
 
     def driver(self, path: tuple, value: Any) -> str | None:
         """A driver version kept as NVIDIA writes it (580.65.06): as a PEP 440 version it would print as
@@ -573,4 +534,4 @@ def load_spec(file: str | Path, root: str | Path | None = None, kinds: Any = Non
                 doc=doc)
 
 
-__all__ = ["Spec", "Stack", "Base", "LayerDef", "Site", "CiRunners", "load_spec", "Version"]
+__all__ = ["Spec", "Stack", "Base", "LayerDef", "Site", "CiSettings", "load_spec", "Version"]

@@ -123,6 +123,16 @@ def gpus() -> dict[str, Gpu]:
 
 
 @cache
+def gpu_generations() -> dict[str, tuple]:
+    """{generation: compute capabilities}: volta, turing, ampere, ada, hopper, blackwell."""
+    return {name: tuple(ccs) for name, ccs in _data()["gpu_generations"].items() if name != "source"}
+
+
+def gpu_generation(gpu: Gpu) -> str | None:
+    return next((name for name, ccs in gpu_generations().items() if gpu.cc in ccs), None)
+
+
+@cache
 def ngc_releases() -> dict[str, NgcRelease]:
     out = {}
     for release, rec in _data()["ngc_pytorch"]["releases"].items():

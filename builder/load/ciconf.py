@@ -1,0 +1,236 @@
+"""site.ci: how `imgbuild ci` writes a site's pipelines: which branch releases, which runners take which
+jobs (GPU jobs by the GPU a runner has), which GitHub actions by which commit, and how long a job may run.
+
+Every value lands in CI YAML, a rules expression or a shell line, so each is a plain name checked
+against a grammar here; the writers (builder.ci) quote them again where they land.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from builder.load.params import type_name
+from builder.redact import redact
+from builder.rules import catalog
+
+KEYS = {"release_branch", "runner_tags", "gpu_runner_tags", "github_runs_on", "github_gpu_runs_on",
+        "github_environment", "github_actions", "timeouts"}
+# A runner tag or label as both CI systems and a shell line can hold it unquoted: no space, quote, `$` or `*`.
+RUNNER_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+# A branch name as git allows it (git check-ref-format), narrowed to what a rules expression and a
+# GitHub `if:` hold between quotes: no quote, `$`, space, `~^:?*[\`, `..`, `//`, `@{`, no leading `-` or `/`.
+BRANCH = re.compile(r"^(?!-|/)(?!.*(?:\.\.|//|/\.|\.lock\Z|[./]\Z))[A-Za-z0-9._/-]{1,200}\Z")
+ENVIRONMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}\Z")
+COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
+ACTION_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+\Z")
+ACTION_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}\Z")
+
+# The actions a generated workflow uses, each pinned by full commit (a tag can be moved under a workflow
+# that trusts it); the version is written beside it as a comment. A site overrides them in
+# site.ci.github_actions (a newer release, or its own fork or mirror).
+DEFAULT_ACTIONS = {
+    "checkout": ("actions/checkout", "11bd71901bbe5b1630ceea73d27597364c9af683", "v4.2.2"),
+    "upload-artifact": ("actions/upload-artifact", "ea165f8d65b6e75b540449e92b4886f43607fa02", "v4.6.2"),
+}
+ACTION_KEYS = {"repo", "commit", "version"}
+# Minutes a job may run. Compiling CUDA code (DeepSpeed ops, Transformer Engine, Apex, flash-attn) for
+# several archs takes hours on a CI runner; everything else builds in well under one.
+DEFAULT_TIMEOUTS = {"build": 60, "cuda_build": 240, "gpu": 60, "release": 30, "review": 20}
+MAX_MINUTES = 72 * 60
+DEFAULT_ENVIRONMENT = "imgbuild-release"
+
+
+@dataclass(frozen=True)
+class ActionPin:
+    repo: str
+    commit: str
+    version: str        # written as a comment beside the commit; "" where the site gave none
+
+    @property
+    def uses(self) -> str:
+        return f"{self.repo}@{self.commit}"
+
+
+@dataclass(frozen=True)
+class CiSettings:
+    """site.ci. Empty runner lists: not declared (GitLab jobs then carry no tags, GitHub jobs run on
+    `self-hosted`); empty GPU maps: no GPU jobs are written."""
+    release_branch: str | None = None    # None: the repository's default branch
+    runner_tags: tuple = ()              # GitLab tags of the runners that build and release
+    github_runs_on: tuple = ()           # GitHub Actions runs-on labels, the same role
+    gpu_runner_tags: tuple = ()          # ((GPU model or generation, tags), ...) in the order written
+    github_gpu_runs_on: tuple = ()
+    github_environment: str = DEFAULT_ENVIRONMENT
+    github_actions: dict = field(default_factory=lambda: {k: ActionPin(*v) for k, v in DEFAULT_ACTIONS.items()},
+                                 hash=False)
+    timeouts: dict = field(default_factory=lambda: dict(DEFAULT_TIMEOUTS), hash=False)
+
+    def gpu_map(self, system: str) -> tuple:
+        return self.gpu_runner_tags if system == "gitlab" else self.github_gpu_runs_on
+
+    def runners_for(self, system: str, gpu) -> tuple[str, tuple] | None:
+        """(the map's key that matched, runner labels) for one GPU (catalog.Gpu): its model first, then its
+        generation; None when no runner of the site has it."""
+        found = dict(self.gpu_map(system))
+        if gpu.name in found:
+            return gpu.name, found[gpu.name]
+        generation = catalog.gpu_generation(gpu)
+        if generation in found:
+            return generation, found[generation]
+        return None
+
+
+def parse(loader, value: Any) -> CiSettings:
+    """site.ci from stacks.yaml; loader is spec._Loader (err, mapping, string)."""
+    if value is None:
+        return CiSettings()
+    raw = loader.mapping(("site", "ci"), value, KEYS, what="a mapping of CI settings")
+    out: dict = {}
+    if raw.get("release_branch") is not None:
+        path = ("site", "ci", "release_branch")
+        branch = loader.string(path, raw["release_branch"])
+        if not BRANCH.match(branch):
+            raise loader.err(path, f"{redact(branch[:70])!r} is not a branch name imgbuild writes into CI rules: "
+                             "letters, digits and . _ - /, no '..', '//' or leading '-'",
+                             hint="leave it out to release from the repository's default branch")
+        out["release_branch"] = branch
+    for key in ("runner_tags", "github_runs_on"):
+        if raw.get(key) is not None:
+            out[key] = _labels(loader, ("site", "ci", key), raw[key])
+    for key in ("gpu_runner_tags", "github_gpu_runs_on"):
+        if raw.get(key) is not None:
+            out[key] = _gpu_map(loader, ("site", "ci", key), raw[key])
+    if raw.get("github_environment") is not None:
+        path = ("site", "ci", "github_environment")
+        env = loader.string(path, raw["github_environment"])
+        if not ENVIRONMENT.match(env):
+            raise loader.err(path, f"{redact(env[:70])!r} is not a GitHub environment name imgbuild writes: "
+                             "letters, digits and . _ -")
+        out["github_environment"] = env
+    if raw.get("github_actions") is not None:
+        out["github_actions"] = _actions(loader, ("site", "ci", "github_actions"), raw["github_actions"])
+    if raw.get("timeouts") is not None:
+        out["timeouts"] = _timeouts(loader, ("site", "ci", "timeouts"), raw["timeouts"])
+    return CiSettings(**out)
+
+
+def _labels(loader, path: tuple, items: Any) -> tuple:
+    if not isinstance(items, list):
+        raise loader.err(path, f"expected a list of runner tags, got {type_name(items)}",
+                         hint=f"e.g. {path[-1]}: [docker]")
+    seen: list = []
+    for i, item in enumerate(items):
+        label = loader.string(path + (i,), item)
+        if not RUNNER_LABEL.match(label):
+            raise loader.err(path + (i,), f"{redact(label[:70])!r} is not a runner tag: letters, digits and . _ -, "
+                             "starting with a letter or digit, at most 64 characters")
+        if label in seen:
+            raise loader.err(path + (i,), f"{label!r} is listed twice")
+        seen.append(label)
+    if not seen:
+        raise loader.err(path, "is not a list of runner tags: it is empty", hint="leave the key out instead")
+    return tuple(seen)
+
+
+def _gpu_map(loader, path: tuple, value: Any) -> tuple:
+    """{GPU model or generation: runner labels}. One list for every GPU sent an A100 stack's GPU checks
+    to H100 runners, so a plain list is refused with the form that replaced it."""
+    gens = catalog.gpu_generations()
+    if isinstance(value, list):
+        raise loader.err(path, f"expected a mapping of GPU model or generation to runner tags, got {type_name(value)}",
+                         hint=f"one list for every GPU sends each stack's GPU checks to any GPU runner; write "
+                              f"e.g. {path[-1]}: {{A100: [gpu, a100], H100: [gpu, h100]}} or {{hopper: [gpu, hopper]}}")
+    raw = loader.mapping(path, value, what="a mapping of GPU model or generation to runner tags")
+    out = []
+    for name, items in raw.items():
+        if name not in catalog.gpus() and name not in gens:
+            near = [g for g in list(catalog.gpus()) + list(gens) if str(name).lower() == g.lower()]
+            shown = redact(str(name)[:40])
+            raise loader.err(path + (name,) if isinstance(name, str) and RUNNER_LABEL.match(name) else path,
+                             f"unknown GPU or GPU generation {shown!r}" + (f" (did you mean {near[0]!r}?)" if near else ""),
+                             hint="GPUs: " + ", ".join(catalog.gpus()) + "; generations: " + ", ".join(gens))
+        out.append((name, _labels(loader, path + (name,), items)))
+    if not out:
+        raise loader.err(path, "is not a mapping of GPUs to runner tags: it is empty", hint="leave the key out instead")
+    return tuple(out)
+
+
+def _actions(loader, path: tuple, value: Any) -> dict:
+    raw = loader.mapping(path, value, set(DEFAULT_ACTIONS), what="a mapping of the actions the workflow uses")
+    out = {k: ActionPin(*v) for k, v in DEFAULT_ACTIONS.items()}
+    for name, pin in raw.items():
+        here = path + (name,)
+        pin = loader.mapping(here, pin, ACTION_KEYS, what="a mapping with commit (and repo, version)")
+        if pin.get("commit") is None:
+            raise loader.err(here, "missing key 'commit'", hint="the full 40-hex commit of the action's release")
+        commit = loader.string(here + ("commit",), pin["commit"])
+        if not COMMIT.match(commit):
+            raise loader.err(here + ("commit",), f"{redact(commit[:50])!r} is not a 40-hex commit: a tag or branch "
+                             "can be moved under a workflow that trusts it")
+        repo = loader.string(here + ("repo",), pin.get("repo", DEFAULT_ACTIONS[name][0]))
+        if not ACTION_REPO.match(repo):
+            raise loader.err(here + ("repo",), f"{redact(repo[:70])!r} is not an OWNER/REPO of an action")
+        version = loader.string(here + ("version",), pin.get("version", ""))
+        if version and not ACTION_VERSION.match(version):
+            raise loader.err(here + ("version",), f"{redact(version[:40])!r} is not a version label (letters, "
+                             "digits and . _ + -)")
+        out[name] = ActionPin(repo, commit, version)
+    return out
+
+
+def _timeouts(loader, path: tuple, value: Any) -> dict:
+    raw = loader.mapping(path, value, set(DEFAULT_TIMEOUTS), what="a mapping of job roles to minutes")
+    out = dict(DEFAULT_TIMEOUTS)
+    for role, minutes in raw.items():
+        if isinstance(minutes, bool) or not isinstance(minutes, int):
+            raise loader.err(path + (role,), f"expected whole minutes, got {type_name(minutes)}")
+        if not 1 <= minutes <= MAX_MINUTES:
+            raise loader.err(path + (role,), f"{minutes} is not a number of minutes between 1 and {MAX_MINUTES}")
+        out[role] = minutes
+    return out
+
+
+# GitHub events whose run may release: a push, or a run started by hand (or on a schedule) on the branch.
+GITHUB_RELEASE_EVENTS = ("push", "workflow_dispatch", "schedule")
+
+
+def release_refusal(settings: CiSettings, env) -> str | None:
+    """Why a CI job may not move release tags here, or None where it may (and outside CI, where a person
+    runs imgbuild). The generated pipelines never start a release off the release branch; this is the
+    same rule read from the CI system's own variables, so a hand-edited pipeline, or `imgbuild build
+    stack=...` in a branch's job, cannot move a tag either."""
+    want = settings.release_branch
+    setting = "site.ci.release_branch" if want else "the repository's default branch"
+    if env.get("CI_PIPELINE_SOURCE"):            # GitLab (and gitlab-ci-local), child pipelines included
+        if env["CI_PIPELINE_SOURCE"] == "merge_request_event":
+            return "this is a merge request pipeline; only the release branch's pipelines release"
+        branch = env.get("CI_COMMIT_BRANCH", "")
+        want = want or env.get("CI_DEFAULT_BRANCH", "")
+        if not branch:
+            return "this pipeline is not a branch pipeline (a tag or a merge request); only the release branch's release"
+        if not want:
+            return "GitLab did not say which branch is the default one (CI_DEFAULT_BRANCH); set site.ci.release_branch"
+        if branch != want:
+            return f"this pipeline runs for branch {branch!r}; only {want!r} ({setting}) releases"
+        return None
+    if env.get("GITHUB_ACTIONS") == "true":
+        event, ref = env.get("GITHUB_EVENT_NAME", ""), env.get("GITHUB_REF", "")
+        if event not in GITHUB_RELEASE_EVENTS:
+            return f"this run was started by a {event or 'unknown'} event; only a push to the release branch releases"
+        if not want:
+            try:
+                with open(env.get("GITHUB_EVENT_PATH", ""), encoding="utf-8") as f:
+                    want = ((json.load(f) or {}).get("repository") or {}).get("default_branch") or ""
+            except (OSError, ValueError, AttributeError):
+                want = ""
+            if not isinstance(want, str) or not want:
+                return "the event does not name the repository's default branch; set site.ci.release_branch"
+        if ref != f"refs/heads/{want}":
+            return f"this run is for {ref or 'no ref'!r}; only refs/heads/{want} ({setting}) releases"
+    return None
+
+
+__all__ = ["CiSettings", "ActionPin", "parse", "release_refusal", "DEFAULT_ACTIONS", "DEFAULT_TIMEOUTS"]
