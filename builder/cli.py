@@ -17,6 +17,7 @@ from builder.errors import ImgbuildError, Interrupted, PreflightError, SpecError
 from builder.build.plan import KEY_LEN, image_ref, make_plan
 from builder.load.spec import Spec, load_spec
 from builder.redact import redact
+from builder.textsafe import terminal
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Declared, pinned, validated GPU training images from one stacks.yaml.")
@@ -24,8 +25,9 @@ STATE = {"debug": False, "json": False}
 
 
 def echo(text: object = "", err: bool = False) -> None:
-    """Everything a command prints goes through here: credentials in URLs are redacted (***)."""
-    typer.echo(redact(str(text)), err=err)
+    """Everything a command prints goes through here: credentials in URLs are redacted (***), and no control
+    character reaches the terminal or the log (text from a registry or an image may hold escape sequences)."""
+    typer.echo(terminal(redact(str(text))), err=err)
 
 FileOpt = typer.Option(Path(os.environ.get("IMGBUILD_STACKS", "stacks.yaml")), "--file", "-f",
                        help="The stacks file (default: ./stacks.yaml, or $IMGBUILD_STACKS).")
@@ -216,7 +218,8 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
         echo(f"ok: {res.layer} {res.key} {'built and pushed' if res.action == 'build' else res.action + 'd'} "
              f"({res.digest}); report {report.run_dir}/report.json")
     else:
-        echo(f"ok: {len(names)} stack(s) released; {built} layer image(s) built, "
+        done = "built and validated, none released (not the release branch)" if report.held else "released"
+        echo(f"ok: {len(names)} stack(s) {done}; {built} layer image(s) built, "
              f"{len(report.nodes) - built} reused; report {report.run_dir}/report.json")
     if as_json:
         echo(Path(report.run_dir, "report.json").read_text())

@@ -10,9 +10,11 @@ from __future__ import annotations
 import re
 
 # scheme://USERINFO@ : the user information of a URL, up to the first / (and never across a space or quote)
-_URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/\s@]+)@")
+# Every repetition is bounded, so that each start position scans a bounded stretch: one pass over the text,
+# linear in its length however it is built (a 1 MB label of `a.a.a...` or `x!x!x...:` took quadratic time).
+_URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]{0,31}://)([^/\s@]{1,1024})@")
 # user:password@host with no scheme, starting at a word boundary; not NAME:TAG@sha256:... (an image digest)
-_BARE_USERINFO = re.compile(r"(?<![\w.+/:@%-])[^\s/@:'\"<>`]+:[^\s/@'\"<>`]*@(?!sha256:|sha384:|sha512:)")
+_BARE_USERINFO = re.compile(r"(?<![\w.+/:@%-])[^\s/@:'\"<>`]{1,512}:[^\s/@'\"<>`]{0,1024}@(?!sha256:|sha384:|sha512:)")
 MASK = "***"
 
 

@@ -72,6 +72,28 @@ def test_rebuild_builds_nothing_even_without_local_images(work, first):
     print(f"\nfull build {first['seconds']:.1f} s, no-op rebuild {noop:.1f} s")
 
 
+def test_a_branch_job_in_ci_builds_and_validates_and_moves_no_tag(work, first):
+    """`imgbuild build stack=...` in a feature branch's GitLab job (its variables as GitLab sets them): the
+    change is built and validated under its keys, and no tag moves (issue 18); the same run outside CI
+    would have released."""
+    def threads(data):
+        data["runtimes"]["cpu-env"]["params"]["env"]["OMP_NUM_THREADS"] = "3"
+    before = {t: release(t) for t in ("cpu-smoke", "cpu-smoke-torch2.13.0-cpu-ds0.19.8")}
+    branch = {"CI_PIPELINE_SOURCE": "push", "CI_COMMIT_BRANCH": "feature/threads", "CI_DEFAULT_BRANCH": "main"}
+    proc = imgbuild(work, "build", "stack=cpu-smoke", "-f", str(stacks_file(work, "threads", threads)), env=branch)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert actions(reports(work)[-1]) == {"cpu-torch-2.13": "reuse", "ds-0.19.8-cpu": "reuse", "cpu-env": "build",
+                                         "smoke-train": "build"}
+    assert ("release: not here: this pipeline runs for branch 'feature/threads'; only 'main' (the repository's "
+            "default branch) releases") in proc.stdout, proc.stdout[-3000:]
+    assert "none released (not the release branch)" in proc.stdout
+    assert {t: release(t) for t in before} == before
+    # `imgbuild release` in the same job refuses by itself, before it asks the registry anything.
+    proc = imgbuild(work, "release", "stack=cpu-smoke", "-f", str(stacks_file(work, "threads", threads)), env=branch)
+    assert proc.returncode == 7 and "release refused: this pipeline runs for branch 'feature/threads'" in proc.stderr
+    assert {t: release(t) for t in before} == before
+
+
 def _pin_v2(data):
     data["projects"]["smoke-train"]["params"]["source"]["commit"] = PIN_V2
 

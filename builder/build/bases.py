@@ -72,7 +72,7 @@ def resolve(spec: Spec, stacks: Iterable[str] | None = None, *, lookup: str = "a
             continue
         try:
             client = clients.setdefault(ref.registry, registry(ref.registry))
-            digest = client.manifest_digest(ref.repo, ref.reference)
+            digest = client.verified_digest(ref.repo, ref.reference)   # a key input: hashed, not believed
         except RegistryError as exc:
             out.unresolved[name] = f"{ref}: {exc.message}"
             continue

@@ -88,7 +88,7 @@ def layer_image(spec: Spec, stack, name: str, base_digest: str) -> tuple[str, st
     node = next(n for n in make_plan(spec, [stack.name], {stack.base.name: base_digest}).chain(stack.name)
                 if n.name == name)
     repo = layer_repo(spec.site.namespace, name)
-    digest = Registry(spec.site.registry).manifest_digest(repo, node.short)
+    digest = Registry(spec.site.registry).verified_digest(repo, node.short)
     if not digest:
         raise SpecError(f"layer {name!r} ({node.short[:12]}) is not in {spec.site.registry}: there is no image to "
                         "measure", hint=f"build it first: imgbuild build stack={stack.name}")

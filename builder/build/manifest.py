@@ -17,7 +17,9 @@ from builder.build.checks import CheckResult, parse_ds_report
 from builder.errors import ValidationFailed
 from builder.build.layout import artifact_tag
 from builder.load.versions import measured as measured_versions
+from builder.build.oci import stored_document
 from builder.build.registry import Registry
+from builder.errors import RegistryError
 
 SCHEMA = "imgbuild.manifest/v1"
 ARTIFACT_TYPE = "application/vnd.imgbuild.manifest.v1+json"
@@ -115,9 +117,9 @@ def push_manifest(reg: Registry, repo: str, manifest: dict) -> str:
 
 
 def fetch_manifest(reg: Registry, repo: str, image_digest: str) -> dict | None:
-    found = reg.get_manifest(repo, artifact_tag(image_digest))
-    if not found:
-        return None
-    oci, _, _ = found
-    layer = next((l for l in oci.get("layers", []) if l.get("mediaType") == ARTIFACT_TYPE), None)
-    return json.loads(reg.get_blob(repo, layer["digest"])) if layer else None
+    """The check manifest stored beside an image; a RegistryError when what is stored is not one (verdict
+    then reads no proof in it, and a reader says why)."""
+    doc = stored_document(reg, repo, artifact_tag(image_digest), ARTIFACT_TYPE, "the check manifest")
+    if doc is not None and not (isinstance(doc.get("checks", []), list) and isinstance(doc.get("key", ""), str)):
+        raise RegistryError(f"the check manifest beside {repo}@{image_digest} is not of imgbuild's shape")
+    return doc

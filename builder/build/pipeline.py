@@ -63,10 +63,11 @@ class BuildReport:
     tags: dict = field(default_factory=dict)        # stack -> {tag: digest}
     ok: bool = False
     error: str | None = None
+    held: str = ""                                  # why no tag was moved here (a branch's CI job)
 
     def write(self) -> Path:
         path = Path(self.run_dir) / "report.json"
-        path.write_text(json.dumps({"ok": self.ok, "error": self.error, "tags": self.tags,
+        path.write_text(json.dumps({"ok": self.ok, "error": self.error, "tags": self.tags, "held": self.held,
                                     "nodes": {k: asdict(v) for k, v in self.nodes.items()}}, indent=2))
         return path
 
@@ -230,7 +231,7 @@ class Builder:
         if held:
             # A branch's CI job builds and validates like the release branch's, and moves no tag.
             self.say(f"release: not here: {held}; built and validated, no tag was moved")
-            good = []
+            report.held, good = held, []
         if good:
             # promote reads every node's recorded results again: it trusts the registry, not this loop.
             report.tags = promote(self.spec, self.registry, plan, good, date, self.say, expected=digests,

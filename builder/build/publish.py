@@ -20,6 +20,7 @@ from builder.build.manifest import fetch_manifest, verdict
 from builder.build.layout import layer_repo, release_record_tag, release_repo
 from builder.build import sbom
 from builder.build.plan import Plan
+from builder.build.oci import release_serial as release_serial_of
 from builder.build.registry import Registry
 from builder.load.ciconf import release_refusal
 from builder.load.spec import Spec
@@ -71,8 +72,7 @@ def _recorded_serial(reg: Registry, repo: str, tag: str) -> int | None:
     found = reg.get_manifest(repo, release_record_tag(tag))
     if not found:
         return None
-    value = (found[0].get("annotations") or {}).get("io.imgbuild.serial", "")
-    return int(value) if value.isdigit() else None
+    return release_serial_of(found[0], f"the release record of {repo}:{tag}")
 
 
 def _record_release(reg: Registry, repo: str, tag: str, digest: str, serial: int) -> None:

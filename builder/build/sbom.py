@@ -15,6 +15,7 @@ import sys
 import tempfile
 from typing import Callable
 
+from builder.build.oci import image_manifest, stored_document
 from builder.build.registry import LOOPBACK, Registry
 from builder.errors import ImgbuildError
 
@@ -88,11 +89,7 @@ def store(reg: Registry, repo: str, digest: str, body: bytes) -> str:
 
 
 def fetch(reg: Registry, repo: str, digest: str) -> dict | None:
-    found = reg.get_manifest(repo, sbom_tag(digest))
-    if not found:
-        return None
-    layer = next((l for l in found[0].get("layers", []) if l.get("mediaType") == SBOM_TYPE), None)
-    return json.loads(reg.get_blob(repo, layer["digest"])) if layer else None
+    return stored_document(reg, repo, sbom_tag(digest), SBOM_TYPE, "the SBOM")
 
 
 def copy(reg: Registry, digest: str, src_repo: str, dst_repo: str) -> None:
@@ -102,7 +99,8 @@ def copy(reg: Registry, digest: str, src_repo: str, dst_repo: str) -> None:
     if not found or reg.manifest_digest(dst_repo, sbom_tag(digest)) == found[2]:
         return
     manifest, media_type, _ = found
-    for blob in [manifest["config"]] + manifest.get("layers", []):
+    config, layers = image_manifest(manifest, f"the SBOM artifact {src_repo}:{sbom_tag(digest)}")
+    for blob in [config] + layers:
         reg.mount_blob(dst_repo, blob["digest"], src_repo)
     reg.put_manifest(dst_repo, sbom_tag(digest), reg.manifest_bytes(src_repo, found[2], media_type), media_type)
 
@@ -120,10 +118,14 @@ def ensure(reg: Registry, registry: str, repo: str, digest: str, say: Callable[[
 def packages(doc: dict | None) -> dict:
     """{TYPE NAME: version} of an SBOM's components (deb, pypi, ... from the purl), for diffs."""
     out = {}
-    for c in (doc or {}).get("components") or []:
-        purl = c.get("purl") or ""
-        kind = purl[4:].split("/", 1)[0] if purl.startswith("pkg:") else c.get("type", "?")
-        out[f"{kind} {c.get('name')}"] = c.get("version")
+    components = (doc or {}).get("components")
+    for c in components if isinstance(components, list) else []:
+        if not isinstance(c, dict):
+            continue
+        purl = c.get("purl") if isinstance(c.get("purl"), str) else ""
+        kind = purl[4:].split("/", 1)[0] if purl.startswith("pkg:") else str(c.get("type", "?"))
+        version = c.get("version")
+        out[f"{kind} {c.get('name')}"] = version if isinstance(version, str) or version is None else json.dumps(version)
     return out
 
 

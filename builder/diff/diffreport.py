@@ -12,6 +12,7 @@ from collections import Counter
 
 from builder.diff.imagediff import Change, Image, ImageDiff, Section, human_size
 from builder.diff.specdiff import NodeChange, SpecDiff, StackDiff
+from builder.textsafe import inert, markdown
 
 HEX = re.compile(r"\b(sha256:)?([0-9a-f]{12})[0-9a-f]{20,}\b")
 DIRECTIONS = ("upgrade", "downgrade", "added", "removed", "changed")
@@ -28,7 +29,10 @@ def render(result: SpecDiff | ImageDiff, fmt: str) -> str:
 
 
 def short(text: str | None) -> str:
-    return "-" if text is None else HEX.sub(lambda m: (m.group(1) or "") + m.group(2), text)
+    """Long digests cut to 12 hex digits, and the text made inert: much of what a diff shows (labels, env,
+    versions, package names, history) comes from an image or a registry and may hold escape sequences or a
+    newline that would forge a line of the report."""
+    return "-" if text is None else inert(HEX.sub(lambda m: (m.group(1) or "") + m.group(2), str(text)))
 
 
 def _plural(n: int, word: str) -> str:
@@ -36,7 +40,8 @@ def _plural(n: int, word: str) -> str:
 
 
 def _md(text: str) -> str:
-    return short(text).replace("|", "\\|")
+    """Untrusted text for a Markdown page (a merge request comment): no markup, no HTML of its own."""
+    return markdown(HEX.sub(lambda m: (m.group(1) or "") + m.group(2), str(text)))
 
 
 # -- spec diff -------------------------------------------------------------------------------------
@@ -115,7 +120,8 @@ def spec_markdown(d: SpecDiff) -> str:
         lines += ["", f"#### {_md(_stack_head(s))}", ""]
         lines += [f"- note: {_md(n)}" for n in s.notes]
         if s.tags:
-            lines.append("Release tags once merged: " + ", ".join(f"`{_md(t)}` ({what})" for t, what in _tag_lines(s)))
+            # Tags hold only [A-Za-z0-9_.-] and the registry's name (the spec's grammar): shown as code, inert.
+            lines.append("Release tags once merged: " + ", ".join(f"`{inert(t)}` ({what})" for t, what in _tag_lines(s)))
             lines.append("")
         lines += ["| # | layer | change | action | key | why |", "|---|---|---|---|---|---|"]
         for n in s.nodes:
@@ -166,7 +172,7 @@ def _counts(s: Section) -> str:
 
 
 def _describe(i: Image) -> str:
-    made = (f"imgbuild manifest of {i.recorded.get('layer')} (key {str(i.recorded.get('key'))[:12]})"
+    made = (f"imgbuild manifest of {short(str(i.recorded.get('layer')))} (key {short(str(i.recorded.get('key'))[:12])})"
             if i.recorded else "no imgbuild manifest")
     return f"{short(i.digest)}  {len(i.layers)} layers, {human_size(i.size)}, {made}"
 
@@ -198,7 +204,7 @@ def image_table(d: ImageDiff) -> str:
         width = max(len(n) for n, _, _ in d.versions) + 2
         col = max(len(str(a)) for _, a, _ in d.versions) + 2
         lines += ["", f"{'versions':<{width + 2}}{'A':<{col}}B"]
-        lines += [f"  {n:<{width}}{str(a or '-'):<{col}}{str(b or '-'):<{col}}{moved.get(n, '')}".rstrip()
+        lines += [f"  {short(n):<{width}}{short(str(a or '-')):<{col}}{short(str(b or '-')):<{col}}{moved.get(n, '')}".rstrip()
                   for n, a, b in d.versions]
     lines.append("")
     for s in d.sections:
@@ -207,7 +213,7 @@ def image_table(d: ImageDiff) -> str:
         lines.append(f"{s.title}: {_counts(s)}")
         width = min(40, max((len(c.name) for c in s.changes), default=0))
         for c in s.changes:
-            lines.append(f"  {c.direction:<10}{c.name:<{width}}  {_values(c)}" + (f"  ({c.note})" if c.note else ""))
+            lines.append(f"  {c.direction:<10}{short(c.name):<{width}}  {_values(c)}" + (f"  ({short(c.note)})" if c.note else ""))
     lines += [_not_compared(d)] if d.not_compared else []
     lines += [_transfer(d)]
     return "\n".join(lines)
@@ -219,7 +225,7 @@ def image_markdown(d: ImageDiff) -> str:
              f"| digest | `{short(d.a.digest)}` | `{short(d.b.digest)}` |",
              f"| size | {human_size(d.a.size)} ({len(d.a.layers)} layers) | {human_size(d.b.size)} ({len(d.b.layers)} layers) |"]
     moved = {c.name: c.direction for s in d.sections if s.id == "versions" for c in s.changes}
-    lines += [f"| {f'**{n}** ({moved[n]})' if n in moved else n} | {_md(str(a or '-'))} | {_md(str(b or '-'))} |"
+    lines += [f"| {f'**{_md(n)}** ({moved[n]})' if n in moved else _md(n)} | {_md(str(a or '-'))} | {_md(str(b or '-'))} |"
               for n, a, b in d.versions]
     same = []
     for s in d.sections:

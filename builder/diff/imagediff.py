@@ -19,12 +19,13 @@ from packaging.version import InvalidVersion, Version
 
 from builder.errors import DiffError
 from builder.build.layout import layer_of_release, release_repo
-from builder.build import sbom
+from builder.build import oci, sbom
 from builder.build.manifest import VOLATILE_ENV, fetch_manifest
 from builder.build.plan import PLATFORM
-from builder.build.registry import Ref, Registry
+from builder.build.registry import Ref, Registry, json_object
 from builder.load.spec import Site
 
+CONFIG_MAX = 8 << 20     # an image config (labels, env, history); larger ones are refused, not read
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 # What a reader of a training image looks at first: the platform (torch and what it was built with);
 # every list is ordered by these, then by name. The frameworks (whatever kinds an image was built
@@ -197,6 +198,9 @@ def resolve(text: str, site: Site | None) -> Ref:
 
 
 def fetch_image(reg: Registry, text: str, ref: Ref) -> Image:
+    """The image a reference names, read as untrusted data: every manifest hashed to its digest (the
+    client), every field checked for its shape before use (builder.build.oci), a config that is not an
+    object refused."""
     found = reg.get_manifest(ref.repo, ref.reference)
     if not found:
         raise DiffError(f"{ref} is not in the registry")
@@ -204,17 +208,19 @@ def fetch_image(reg: Registry, text: str, ref: Ref) -> Image:
     image_digest = digest
     if media_type in INDEX_TYPES or manifest.get("mediaType") in INDEX_TYPES:
         os_, arch = PLATFORM.split("/")
-        entry = next((m for m in manifest.get("manifests", [])
+        entry = next((m for m in oci.index_entries(manifest, f"image index {ref}")
                       if (m.get("platform") or {}).get("os") == os_ and (m.get("platform") or {}).get("architecture") == arch), None)
         if entry is None:
             raise DiffError(f"{ref} has no {PLATFORM} image")
+        # Read by the digest the index names: the client hashes the child to it.
         manifest, _, image_digest = reg.get_manifest(ref.repo, entry["digest"]) or ({}, "", "")
     if "config" not in manifest:
         raise DiffError(f"{ref} is not an image (no config in its manifest)")
-    config = json.loads(reg.get_blob(ref.repo, manifest["config"]["digest"]))
+    config_desc, layers = oci.image_manifest(manifest, f"manifest of {ref}")
+    config = json_object(reg.get_blob(ref.repo, config_desc["digest"], limit=CONFIG_MAX), f"the config of {ref}")
     return Image(ref=text, location=f"{ref.registry}/{ref.repo}@{digest}", digest=digest,
-                 layers=tuple((l["digest"], int(l.get("size", 0))) for l in manifest.get("layers", [])),
-                 config_size=int(manifest["config"].get("size", 0)), config=config,
+                 layers=tuple((l["digest"], int(l.get("size") or 0)) for l in layers),
+                 config_size=int(config_desc.get("size") or 0), config=config,
                  recorded=_beside(fetch_manifest, reg, ref.repo, digest, image_digest, config),
                  sbom=_sbom(reg, ref.repo, digest, image_digest, config))
 
@@ -222,8 +228,8 @@ def fetch_image(reg: Registry, text: str, ref: Ref) -> Image:
 def _beside(fetch, reg: Registry, repo: str, digest: str, image_digest: str, config: dict):
     """What imgbuild stored beside the image (its manifest, its SBOM): beside it, or, for a release tag,
     beside its layer image (NAMESPACE/STACK is a copy of NAMESPACE/layers/LAYER)."""
-    layer = ((config.get("config") or {}).get("Labels") or {}).get("io.imgbuild.layer")
-    copied = layer_of_release(repo, layer) if layer else None
+    layer = _dict(_dict(config.get("config")).get("Labels")).get("io.imgbuild.layer")
+    copied = layer_of_release(repo, layer) if isinstance(layer, str) and layer else None
     repos = [repo] + ([copied] if copied else [])
     for where in dict.fromkeys(repos):
         for d in dict.fromkeys((digest, image_digest)):
@@ -248,12 +254,22 @@ def _sbom_section(a: Image, b: Image) -> Section:
 
 # -- comparing -------------------------------------------------------------------------------------
 
-def _env(items: list | None) -> dict:
-    return dict(item.partition("=")[::2] for item in items or [])
+def _dict(value) -> dict:
+    """A field that should be an object: itself, or {} when the registry sent something else."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _env(items) -> dict:
+    return dict(item.partition("=")[::2] for item in _list(items) if isinstance(item, str))
 
 
 def _history(config: dict) -> list[str]:
-    return [h.get("created_by", h.get("comment", "")).removesuffix(" # buildkit") for h in config.get("history") or []]
+    steps = (h.get("created_by", h.get("comment", "")) for h in _list(config.get("history")) if isinstance(h, dict))
+    return [(s if isinstance(s, str) else json.dumps(s)).removesuffix(" # buildkit") for s in steps]
 
 
 def human_size(n: float) -> str:
@@ -309,31 +325,32 @@ def _recorded_sections(a: Image, b: Image) -> dict[str, Section]:
 
     def ops(r: dict) -> dict:
         return {op: f"[{'YES' if v.get('installed') else 'NO'}] [{'OKAY' if v.get('compatible') else 'NO'}]"
-                for op, v in (r.get("ds_report_ops") or {}).items()}
+                for op, v in _dict(r.get("ds_report_ops")).items() if isinstance(v, dict)}
 
     def checks(r: dict) -> dict:
-        return {c["id"]: c["status"] for c in r.get("checks") or []}
+        return {c["id"]: _text(c.get("status")) for c in _list(r.get("checks"))
+                if isinstance(c, dict) and isinstance(c.get("id"), str)}
 
     def archs(r: dict) -> dict:
         """torch's own archs, and the device code of each extension binary (named from site-packages on,
         so that one binary in two images is one line)."""
-        out = {arch: "compiled" for arch in r.get("arch_list") or []}
-        for files in (r.get("cuda_code") or {}).values():
-            for path, targets in files.items():
-                out[path.split("site-packages/", 1)[-1]] = " ".join(targets)
+        out = {arch: "compiled" for arch in _list(r.get("arch_list")) if isinstance(arch, str)}
+        for files in _dict(r.get("cuda_code")).values():
+            for path, targets in _dict(files).items():
+                out[path.split("site-packages/", 1)[-1]] = " ".join(t for t in _list(targets) if isinstance(t, str))
         return out
 
     out = {
-        "versions": compare_maps("versions", "versions", ra.get("versions") or {}, rb.get("versions") or {},
+        "versions": compare_maps("versions", "versions", _dict(ra.get("versions")), _dict(rb.get("versions")),
                                  _python_compare, KEY_VERSIONS),
-        "python_packages": compare_maps("python_packages", "python packages", ra.get("python_packages") or {},
-                                        rb.get("python_packages") or {}, _python_compare, KEY_PACKAGES),
+        "python_packages": compare_maps("python_packages", "python packages", _dict(ra.get("python_packages")),
+                                        _dict(rb.get("python_packages")), _python_compare, KEY_PACKAGES),
         "ds_report_ops": compare_maps("ds_report_ops", "ds_report ops", ops(ra), ops(rb)),
         "arch_coverage": compare_maps("arch_coverage", "compiled arch coverage", archs(ra), archs(rb)),
         "checks": compare_maps("checks", "checks", checks(ra), checks(rb)),
-        "env": compare_maps("env", "env", ra.get("env") or {}, rb.get("env") or {}),
-        "debian_packages": compare_maps("debian_packages", "debian packages", ra.get("debian_packages") or {},
-                                        rb.get("debian_packages") or {}, dpkg_compare),
+        "env": compare_maps("env", "env", _dict(ra.get("env")), _dict(rb.get("env"))),
+        "debian_packages": compare_maps("debian_packages", "debian packages", _dict(ra.get("debian_packages")),
+                                        _dict(rb.get("debian_packages")), dpkg_compare),
     }
     if not archs(ra) and not archs(rb):
         out["arch_coverage"] = Section("arch_coverage", "compiled arch coverage",
@@ -342,16 +359,16 @@ def _recorded_sections(a: Image, b: Image) -> dict[str, Section]:
 
 
 def _config(image: Image) -> dict:
-    inner = image.config.get("config") or {}
+    inner = _dict(image.config.get("config"))
     return {k: v for k in CONFIG_FIELDS if (v := image.config.get(k, inner.get(k))) is not None}
 
 
 def compare(a: Image, b: Image) -> tuple[tuple, tuple]:
     """(versions side by side, sections): most important first, as a reader of a training image wants."""
     recorded = _recorded_sections(a, b)
-    va, vb = (((i.recorded or {}).get("versions") or {}) for i in (a, b))
+    va, vb = (_dict(_dict(i.recorded).get("versions")) for i in (a, b))
     rows = tuple((n, va.get(n), vb.get(n)) for n in sorted(set(va) | set(vb), key=lambda n: _rank(n, KEY_VERSIONS)))
-    ca, cb = a.config.get("config") or {}, b.config.get("config") or {}
+    ca, cb = _dict(a.config.get("config")), _dict(b.config.get("config"))
     if "env" not in recorded:  # no measured env on one side: the env the image config declares
         recorded["env"] = compare_maps("env", "config env",
                                        {k: v for k, v in _env(ca.get("Env")).items() if k not in VOLATILE_ENV},
@@ -359,7 +376,7 @@ def compare(a: Image, b: Image) -> tuple[tuple, tuple]:
     sections = (
         recorded["versions"], recorded["python_packages"], recorded["ds_report_ops"], recorded["arch_coverage"],
         recorded["checks"], recorded["env"],
-        compare_maps("labels", "labels", ca.get("Labels") or {}, cb.get("Labels") or {}),
+        compare_maps("labels", "labels", _dict(ca.get("Labels")), _dict(cb.get("Labels"))),
         _layers(a, b), recorded["debian_packages"],
         compare_maps("config", "config", _config(a), _config(b)),
         _history_section(a, b), _sbom_section(a, b),

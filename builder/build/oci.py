@@ -1,0 +1,92 @@
+"""The shapes imgbuild reads from a registry, checked before a field is used: image manifests and indexes,
+and imgbuild's own artifacts beside an image (check manifests, SBOMs, release records).
+
+A registry may answer anything, so a manifest whose config is a string, a layer size that is not a number,
+an index entry without a digest or an artifact whose document is a list is a RegistryError that names the
+object and the field: never a KeyError, a TypeError or exit 70.
+"""
+
+from __future__ import annotations
+
+import re
+
+from builder.errors import RegistryError
+from builder.build.registry import Registry, check_digest, json_object
+
+SERIAL = re.compile(r"^[0-9]{1,18}\Z")   # ASCII digits only: str.isdigit() also takes '²' and '٣'
+
+
+def _field(obj: dict, key: str, kind: type, what: str, required: bool = True):
+    value = obj.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise RegistryError(f"{what}: {key} is {'missing' if value is None else type(value).__name__}, "
+                            f"not {'a number' if kind is int else 'an object' if kind is dict else 'a list' if kind is list else 'text'}")
+    if kind is int and value < 0:
+        raise RegistryError(f"{what}: {key} is negative")
+    return value
+
+
+def descriptor(obj, what: str) -> dict:
+    """An OCI descriptor: mediaType (text, when present), a digest in the grammar, a size that is a number."""
+    if not isinstance(obj, dict):
+        raise RegistryError(f"{what} is {type(obj).__name__}, not a descriptor object")
+    check_digest(obj.get("digest"), f"{what} digest")
+    _field(obj, "size", int, what, required=False)
+    _field(obj, "mediaType", str, what, required=False)
+    return obj
+
+
+def image_manifest(manifest: dict, what: str) -> tuple[dict, list[dict]]:
+    """(config descriptor, layer descriptors) of an image manifest."""
+    config = descriptor(_field(manifest, "config", dict, what), f"{what}: config")
+    layers = _field(manifest, "layers", list, what, required=False) or []
+    return config, [descriptor(layer, f"{what}: layers[{i}]") for i, layer in enumerate(layers)]
+
+
+def index_entries(index: dict, what: str) -> list[dict]:
+    entries = _field(index, "manifests", list, what)
+    out = []
+    for i, entry in enumerate(entries):
+        entry = descriptor(entry, f"{what}: manifests[{i}]")
+        if entry.get("platform") is not None and not isinstance(entry["platform"], dict):
+            raise RegistryError(f"{what}: manifests[{i}].platform is not an object")
+        out.append(entry)
+    return out
+
+
+def artifact_blob(manifest: dict, media_type: str, what: str) -> str | None:
+    """The digest of the artifact's one layer of media_type, or None when it holds none."""
+    _, layers = image_manifest(manifest, what)
+    return next((layer["digest"] for layer in layers if layer.get("mediaType") == media_type), None)
+
+
+def stored_document(reg: Registry, repo: str, reference: str, media_type: str, what: str) -> dict | None:
+    """imgbuild's JSON document stored as an artifact under `reference`: None when absent; a RegistryError
+    when the artifact or its document is not of the shape imgbuild writes."""
+    found = reg.get_manifest(repo, reference)
+    if not found:
+        return None
+    digest = artifact_blob(found[0], media_type, f"{what} ({repo}:{reference})")
+    if digest is None:
+        return None
+    return json_object(reg.get_blob(repo, digest), f"{what} stored at {repo}:{reference}")
+
+
+def release_serial(manifest: dict, what: str) -> int | None:
+    annotations = manifest.get("annotations")
+    if annotations is None:
+        return None
+    if not isinstance(annotations, dict):
+        raise RegistryError(f"{what}: annotations is not an object")
+    value = annotations.get("io.imgbuild.serial")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not SERIAL.match(value):
+        raise RegistryError(f"{what}: io.imgbuild.serial is not a release serial (ASCII digits); "
+                            "the release record was not written by imgbuild")
+    return int(value)
+
+
+__all__ = ["descriptor", "image_manifest", "index_entries", "artifact_blob", "stored_document", "release_serial"]
