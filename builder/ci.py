@@ -29,6 +29,7 @@ import yaml
 from builder.errors import SpecError
 from builder.build.plan import Node, Plan, make_plan
 from builder.load.spec import Spec
+from builder.rules import catalog
 
 SYSTEMS = ("gitlab", "github")
 KEY_SHOWN = 12                     # hex digits of the key in a job name
@@ -129,13 +130,8 @@ def _gpu_choice(spec: Spec, plan: Plan, system: str, stack: str) -> tuple[str, t
                         f"has one of them: site.ci.{key} offers {offered}",
                         file=str(spec.file), key=f"site.ci.{key}",
                         hint=f"add a runner for one of its GPUs (by model, or by generation such as "
-                             f"{', '.join(sorted({g for g in _generations(target.gpus) if g}))})")
+                             f"{', '.join(sorted({g for g in map(catalog.gpu_generation, target.gpus) if g}))})")
     return None
-
-
-def _generations(gpus) -> list:
-    from builder.rules import catalog
-    return [catalog.gpu_generation(g) for g in gpus]
 
 
 def pipeline(spec: Spec, plan: Plan, names: list[str], system: str, common: tuple) -> Pipeline:
@@ -160,10 +156,15 @@ def pipeline(spec: Spec, plan: Plan, names: list[str], system: str, common: tupl
         # One GPU job for each GPU choice among the selected stacks that use this image. Checks add up along
         # the chain: a parent with GPU checks has a GPU job on the same runners, and this one builds on what
         # it revalidated (build --node asks for a parent validated with a GPU on a GPU machine).
-        for gpu, labels in dict(choice[s] for s in plan.users[key] if s in choice and choice[s]).items():
+        by_gpu: dict = {}                       # GPU choice -> (runner labels, the first stack of it)
+        for s in plan.users[key]:
+            if choice.get(s):
+                by_gpu.setdefault(choice[s][0], (choice[s][1], s))
+        for gpu, (labels, first) in by_gpu.items():
             parent_gpu = (gpu_job[(node.parent, gpu)],) if (node.parent, gpu) in gpu_job else ()
             gpu_job[(key, gpu)] = job_id(system, "gpu", node.name, node.short, gpu)
-            out.add(Job(gpu_job[(key, gpu)], "gpu", node.name, stack, argv, (node_job[key],) + parent_gpu,
+            gpu_argv = ("build", "--node", node.short, f"stack={first}") + common
+            out.add(Job(gpu_job[(key, gpu)], "gpu", node.name, first, gpu_argv, (node_job[key],) + parent_gpu,
                         node.short, labels, ci.timeouts["gpu"], gpu))
     gpu_nodes = [n for n in plan.nodes.values() if has_gpu_checks(n)]
     key_name = "site.ci.gpu_runner_tags" if system == "gitlab" else "site.ci.github_gpu_runs_on"
