@@ -533,6 +533,7 @@ def test_an_unanswered_registry_fails_plan_diff_and_release_within_the_readme_s_
         took = time.monotonic() - started
     finally:
         silent.stop()
+    print(f"\nunanswered registry: plan, diff and release at once, all done in {took:.1f} s (deadline {DEADLINE:g} s)")
     assert took < DEADLINE + 8, (took, outs)
     assert procs["diff"].returncode == 2 and procs["release"].returncode == 6, outs
     for name, out in outs.items():
