@@ -309,6 +309,55 @@ def ci_github(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, 
     _ci("github", selectors, file, all_, kinds, imgbuild_cmd, out, offline, workflow)
 
 
+@app.command()
+def kinds(name: Optional[str] = typer.Argument(None, help="A kind's name: its parameters and checks."),
+          kinds_dirs: Optional[List[Path]] = KindsOpt,
+          as_json: bool = typer.Option(False, "--json", help="The kinds as JSON."),
+          as_markdown: bool = typer.Option(False, "--markdown", help="The whole stacks.yaml reference as Markdown "
+                                           "(docs/stacks-reference.md is this)."),
+          ) -> None:
+    """The layer kinds (shipped, the site's layers/ here, and --kinds folders): what each takes and checks.
+    Exit 2 for a kind that does not exist."""
+    from builder.load.kindpath import find_kinds
+    from builder.load.kinds import load_kinds
+    from builder import reference
+    found = dict(find_kinds(Path.cwd(), [Path(k) for k in kinds_dirs] if kinds_dirs else None, load_kinds))
+    if name is not None and name not in found:
+        raise SpecError(f"unknown layer kind {name!r}", hint="kinds: " + ", ".join(sorted(found)))
+    if as_markdown:
+        typer.echo(reference.markdown(found), nl=False)
+    elif as_json:
+        echo(json.dumps([reference.kind_data(found[k]) for k in sorted(found) if name in (None, k)], indent=2))
+    else:
+        echo(reference.kinds_text(found, name))
+
+
+@app.command()
+def init(out: Path = typer.Option(Path("stacks.yaml"), "--out", "-o", help="Where to write it (never over a file)."),
+         registry: str = typer.Option("127.0.0.1:5000", "--registry", help="The site registry, host[:port]."),
+         namespace: str = typer.Option("imgbuild", "--namespace", help="Repository path for the site's images."),
+         stack: str = typer.Option("first-stack", "--stack", help="The first stack's name.")) -> None:
+    """Write a minimal annotated stacks.yaml for a site: the mirrored Debian base, torch and DeepSpeed on
+    CPU, one stack; checked before it is written. Exit 2 if the file exists or a value is refused."""
+    from builder import reference
+    from builder.ci import write
+    if out.exists():
+        raise SpecError(f"{out} exists; imgbuild init writes a new file only", hint="--out another path")
+    text = reference.init_text(registry, namespace, stack)
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="imgbuild-init-") as tmp:
+        trial = Path(tmp) / "stacks.yaml"
+        trial.write_text(text)
+        try:
+            load_spec(trial)    # the values given on the command line are judged as in any stacks file
+        except SpecError as exc:
+            raise SpecError(f"{exc.key}: {exc.reason}", hint="--registry, --namespace and --stack are written there",
+                            rule=exc.rule) from None
+    write(out, text)
+    echo(f"ok: {out}: stack {stack!r} on {registry}/{namespace}; next: imgbuild check -f {out}, then "
+         f"imgbuild build stack={stack} -f {out}")
+
+
 def _interrupt(signum, frame) -> None:
     # Ctrl-C and SIGTERM (CI cancelling a job) unwind the same way: a running build is stopped, nothing is tagged.
     raise Interrupted(signal.Signals(signum).name)
@@ -324,7 +373,8 @@ def diff(targets: List[str] = typer.Argument(..., show_default=False,
          registry: bool = typer.Option(False, "--registry", help="Spec diff: look new keys up in the site "
                                                                  "registry (found: reused)."),
          offline: bool = typer.Option(False, "--offline", help="Spec diff: ask no registry, not even for mirrored "
-                                      "bases (their keys stay provisional).")) -> None:
+                                      "bases (their keys stay provisional)."),
+         kinds: Optional[List[Path]] = KindsOpt) -> None:
     """What a change to stacks.yaml does to the layer images, or what differs between two built images.
     Exit 0 when equal, 1 when different, 2 on error (so that CI can gate on it)."""
     from builder.diff.diffreport import render
@@ -345,7 +395,7 @@ def diff(targets: List[str] = typer.Argument(..., show_default=False,
             if len(targets) > 2:
                 raise DiffError(f"a spec diff compares two revisions (or one with the working tree); {len(targets)} given")
             result = diff_revisions(file, targets[0], targets[1] if len(targets) == 2 else None, registry=registry,
-                                    offline=offline)
+                                    offline=offline, kinds=kinds or None)
     except DiffError:
         raise
     except ImgbuildError as exc:

@@ -403,3 +403,26 @@ def test_a_revision_holding_a_link_to_an_absolute_path_is_refused(tmp_path, link
         assert res.code == 2, res.output
         assert f"two: {linked} is a symbolic link" in res.err and "hidden-hash" not in res.output
         assert "internal error" not in res.output and "Traceback" not in res.output
+
+
+def test_diff_reads_a_site_s_kind_folders(cli, tmp_path):
+    """`diff --kinds DIR`, as every other command that reads a stacks file: without it a kind of the site's
+    own is unknown on both sides (exit 2), with it the change is explained."""
+    kinds = tmp_path / "site-kinds"
+    shutil.copytree(REPO / "layers" / "runtime-env", kinds / "site-env")
+    root = site_repo(tmp_path / "site", "v1")
+
+    def site_kind(d):
+        d["runtimes"]["cpu-env"]["kind"] = "site-env"
+    edit(root, site_kind)
+    commit(root, "v2")
+
+    def threads(d):
+        d["runtimes"]["cpu-env"]["params"]["env"]["OMP_NUM_THREADS"] = "6"
+    edit(root, threads)
+    file = str(root / "stacks.yaml")
+    missing = cli("diff", "v2", "-f", file, "--offline")
+    assert missing.code == 2 and "unknown layer kind 'site-env'" in missing.err, missing.output
+    res = cli("diff", "v2", "-f", file, "--offline", "--kinds", str(kinds))
+    assert res.code == 1, res.output
+    assert "dockerfile: env: OMP_NUM_THREADS 2 -> 6" in res.out

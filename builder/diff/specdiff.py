@@ -456,7 +456,7 @@ def _notes(old: _Side, new: _Side, registry: bool) -> tuple[str, ...]:
 
 
 def diff_revisions(file: str | Path, old_rev: str, new_rev: str | None = None, registry: bool = False,
-                   offline: bool = False) -> SpecDiff:
+                   offline: bool = False, kinds=None) -> SpecDiff:
     """Compare the stacks file at old_rev with new_rev (None: the working tree). Bases mirrored in the
     site registry are resolved there (as plan and build do) unless offline; with registry, new keys
     found there count as reused."""
@@ -470,8 +470,9 @@ def diff_revisions(file: str | Path, old_rev: str, new_rev: str | None = None, r
             new_file, new_label, new_dir = file, WORKING_TREE, None
         else:
             new_file, new_label = _load_revision(file, new_rev, new_dir)
-        old_spec = _reported(old_label, old_dir, load_spec, old_file)
-        new_spec = _reported(new_label, new_dir, load_spec, new_file)
+        # A site's extra kind folders (--kinds, $IMGBUILD_KINDS) are read as they are now, on both sides.
+        old_spec = _reported(old_label, old_dir, load_spec, old_file, None, kinds)
+        new_spec = _reported(new_label, new_dir, load_spec, new_file, None, kinds)
         reg = Registry(new_spec.site.registry) if registry else None
         lookup = "none" if offline else "site"
         old = _reported(old_label, old_dir, _plan, old_spec, old_label, reg, lookup)

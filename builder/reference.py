@@ -1,0 +1,200 @@
+"""The stacks.yaml reference, written from the code that reads the file: the loader's key sets (every key
+it accepts), site.ci's, and every layer kind's folder (parameters with type, default, choices and doc;
+checks; what it provides). `imgbuild kinds` prints it; docs/stacks-reference.md is its Markdown, and a
+test regenerates it, so the page cannot drift from the loader. A key the loader accepts with no line
+here fails that test.
+"""
+
+from __future__ import annotations
+
+import json
+
+from builder.load import ciconf
+from builder.load import spec as spec_mod
+from builder.load.params import TYPES
+
+# One line per key the loader accepts, by section. builder.load.spec's sets are the truth; these are
+# the words for them.
+KEY_DOCS = {
+    "top": {
+        "version": "The file format: 1.",
+        "site": "Where images live and how CI runs: registry, namespace, driver floor, ci.",
+        "bases": "Images the site does not build (an NGC release, a mirrored Debian), by name.",
+        "layers": "Framework layers: a kind and its parameters, by name (shared by every stack that names them).",
+        "projects": "A team's pins (a Megatron-LM commit, extra packages): the layer a stack ends with.",
+        "runtimes": "Runtime environment layers (NCCL, IB, OMP settings): the very top of a stack.",
+        "stacks": "What is built and released: a base, layers, a project, a runtime, GPUs and tags.",
+    },
+    "site": {
+        "registry": "The site registry as host[:port] (default 127.0.0.1:5000); credentials come from the Docker store.",
+        "namespace": "The repository path under which layer images and releases are pushed (default imgbuild).",
+        "description": "Free text.",
+        "driver_floor": "The oldest NVIDIA driver on the site's GPU nodes (e.g. 580.65.06): preflight checks every base's CUDA against it.",
+        "ci": "How `imgbuild ci` writes pipelines (below).",
+    },
+    "site.ci": {
+        "release_branch": "The only branch whose pipelines release (default: the repository's default branch).",
+        "runner_tags": "GitLab tags of the runners that build and release (none: any runner).",
+        "gpu_runner_tags": "GitLab: GPU model (H100) or generation (hopper) -> tags of runners that have one.",
+        "github_runs_on": "GitHub Actions runs-on labels of the builders (default [self-hosted]).",
+        "github_gpu_runs_on": "GitHub: GPU model or generation -> runs-on labels of runners that have one.",
+        "github_environment": "The GitHub environment of release jobs (default imgbuild-release): protect it.",
+        "github_actions": "Pins of the actions the workflow uses: {checkout|upload-artifact: {commit, repo, version}}.",
+        "timeouts": "Job timeouts in minutes: build, cuda_build, gpu, release, review.",
+    },
+    "bases.NAME": {
+        "image": "The image reference; `{registry}` stands for site.registry.",
+        "digest": "sha256:... pinning it (else `imgbuild lock` records one, else the registry is asked).",
+        "family": "ngc-pytorch or debian: which kinds may sit on it first.",
+        "provides": "Declared facts (python, torch, cuda, cudnn, nccl, os, ...) where nothing measured them.",
+        "source": "Where the declared facts come from (free text, shown beside findings).",
+        "description": "Free text.",
+    },
+    "layers.NAME": {
+        "kind": "The layer kind (a folder under layers/; `imgbuild kinds` lists them).",
+        "params": "The kind's parameters (below, per kind).",
+        "description": "Free text.",
+    },
+    "stacks.NAME": {
+        "extends": "Another stack whose keys this one starts from.",
+        "description": "Free text.",
+        "base": "A name under bases.",
+        "layers": "Names under layers, bottom to top.",
+        "project": "A name under projects.",
+        "runtime": "A name under runtimes.",
+        "gpus": "Target GPUs by catalog name (A100, H100, GH200, ...): the arch lists and the GPU runners follow.",
+        "tags": "Release tag templates; fields {stack}, {date} and every version field (`imgbuild kinds` lists them).",
+        "driver_floor": "This stack's partition's oldest driver, where it differs from the site's.",
+        "waivers": "Findings this stack accepts: [{rule: IBxxx, reason: ...}].",
+    },
+}
+SECTIONS = {"top": spec_mod.TOP_KEYS, "site": spec_mod.SITE_KEYS, "site.ci": ciconf.KEYS,
+            "bases.NAME": spec_mod.BASE_KEYS, "layers.NAME": spec_mod.LAYER_KEYS, "stacks.NAME": spec_mod.STACK_KEYS}
+
+
+def undocumented() -> list[str]:
+    """Keys the loader accepts that this module says nothing of (a test demands none)."""
+    return [f"{section}.{key}" for section, keys in SECTIONS.items() for key in sorted(keys)
+            if key not in KEY_DOCS[section]]
+
+
+def _default(value) -> str:
+    if value is None:
+        return "-"
+    return json.dumps(value if not isinstance(value, tuple) else list(value), default=str)
+
+
+def kind_data(kind) -> dict:
+    return {
+        "name": kind.name, "role": kind.role, "description": " ".join(kind.description.split()),
+        "base_family": kind.base_family, "needs": list(kind.needs), "provides": list(kind.provides),
+        "compiles_cuda": kind.compiles_cuda + (f" (when {kind.compiles_cuda_param} is set)" if kind.compiles_cuda_param else ""),
+        "versions": {f: list(d) for f, d in kind.versions},
+        "params": [{"name": p.name, "type": p.type, "required": p.required,
+                    "default": None if p.required else p.default, "choices": list(p.choices),
+                    "doc": " ".join(p.doc.split())} for p in kind.params.values()],
+        "checks": [{"id": c.id, "check": c.check, "gpu": c.gpu, "doc": " ".join(c.doc.split())} for c in kind.checks],
+    }
+
+
+def kinds_text(kinds: dict, name: str | None = None) -> str:
+    """`imgbuild kinds`: one line a kind; `imgbuild kinds NAME`: that kind whole."""
+    if name is None:
+        width = max(len(k) for k in kinds) + 2
+        lines = [f"{k:<{width}}{kinds[k].role:<8}{' '.join(kinds[k].description.split())[:90]}" for k in sorted(kinds)]
+        return "\n".join(lines + ["", "imgbuild kinds NAME shows a kind's parameters and checks."])
+    d = kind_data(kinds[name])
+    lines = [f"{d['name']} ({d['role']}): {d['description']}",
+             f"  needs: {', '.join(d['needs']) or '-'}; provides: {', '.join(d['provides']) or '-'}; "
+             f"compiles CUDA: {d['compiles_cuda']}" + (f"; first on a {d['base_family']} base" if d["base_family"] else ""),
+             "  parameters:"]
+    for p in d["params"]:
+        head = f"    {p['name']}: {p['type']}" + (", required" if p["required"] else f", default {_default(p['default'])}")
+        many = "one or more of" if p["type"] == "list" else "one of"
+        lines.append(head + (f", {many} {', '.join(p['choices'])}" if p["choices"] else ""))
+        if p["doc"]:
+            lines.append(f"        {p['doc']}")
+    lines.append("  checks (run in every image built on it):")
+    lines += [f"    {c['id']}: {c['check']}" + (" (GPU)" if c["gpu"] else "") + (f": {c['doc']}" if c["doc"] else "")
+              for c in d["checks"]]
+    if d["versions"]:
+        lines.append("  version fields: " + ", ".join(f"{{{f}}}" for f in d["versions"]))
+    return "\n".join(lines)
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown(kinds: dict) -> str:
+    """docs/stacks-reference.md."""
+    out = ["# stacks.yaml reference", "",
+           "Written by `imgbuild kinds --markdown` from the loader's key sets and the shipped layer kinds; "
+           "`tests/test_reference.py` fails when this page and the code disagree. `imgbuild init` writes a "
+           "minimal annotated file to start from.", ""]
+    for section, docs in KEY_DOCS.items():
+        out += [f"## `{section}`" if section != "top" else "## Top-level keys", "", "| key | what it is |", "|---|---|"]
+        out += [f"| `{key}` | {_md(docs[key])} |" for key in sorted(SECTIONS[section])]
+        out.append("")
+    out += ["## Parameter types", "", ", ".join(f"`{t}`" for t in sorted(TYPES)), "", "## Layer kinds", ""]
+    for name in sorted(kinds):
+        d = kind_data(kinds[name])
+        out += [f"### `{name}` ({d['role']})", "", _md(d["description"]), "",
+                f"needs: {', '.join(d['needs']) or '-'}; provides: {', '.join(d['provides']) or '-'}; compiles CUDA: "
+                f"{d['compiles_cuda']}" + (f"; first on a `{d['base_family']}` base" if d["base_family"] else "")
+                + (f"; version fields: {', '.join('`{' + f + '}`' for f in d['versions'])}" if d["versions"] else ""), ""]
+        if d["params"]:
+            out += ["| parameter | type | default | doc |", "|---|---|---|---|"]
+            for p in d["params"]:
+                default = "required" if p["required"] else f"`{_md(_default(p['default']))}`"
+                many = "One or more of" if p["type"] == "list" else "One of"
+                choices = f" {many}: {', '.join(p['choices'])}." if p["choices"] else ""
+                out.append(f"| `{p['name']}` | {p['type']} | {default} | {_md(p['doc'])}{choices} |")
+            out.append("")
+        if d["checks"]:
+            out += ["Checks: " + "; ".join(f"`{c['id']}` ({c['check']}{', GPU' if c['gpu'] else ''})" for c in d["checks"]), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+INIT = """\
+# stacks.yaml: the site's images, written by `imgbuild init`. Reference: docs/stacks-reference.md,
+# `imgbuild kinds` (every layer kind and its parameters). Check it with `imgbuild check`.
+version: 1
+
+site:
+  registry: {registry}          # where layer images and releases are pushed
+  namespace: {namespace}
+
+bases:
+  debian-bookworm:
+    image: "{{registry}}/mirror/debian:bookworm"   # scripts/setup-host.sh mirrors it there
+    family: debian
+    provides: {{python: "3.11.2", os: debian-12}}
+
+layers:
+  torch-cpu:
+    kind: cpu-torch             # torch from a wheel pinned by its sha256, found in pip's find-links
+    params:
+      wheel:
+        file: torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
+        sha256: 6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b
+      tools: ["setuptools==80.9.0", "wheel==0.45.1", "ninja==1.11.1.4"]
+  deepspeed:
+    kind: deepspeed
+    params: {{version: "0.19.8", ops: [cpu_adam]}}   # ops compiled at build time
+
+stacks:
+  {stack}:
+    description: A first stack; add gpus and an NGC base for GPU nodes (see the shipped stacks.yaml).
+    base: debian-bookworm
+    layers: [torch-cpu, deepspeed]
+    tags: ["{{stack}}", "{{stack}}-{{date}}", "{{stack}}-torch{{torch}}-ds{{deepspeed}}"]
+"""
+
+
+def init_text(registry: str = spec_mod.DEFAULT_REGISTRY, namespace: str = spec_mod.DEFAULT_NAMESPACE,
+              stack: str = "first-stack") -> str:
+    return INIT.format(registry=registry, namespace=namespace, stack=stack)
+
+
+__all__ = ["KEY_DOCS", "undocumented", "kind_data", "kinds_text", "markdown", "init_text"]

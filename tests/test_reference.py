@@ -1,0 +1,82 @@
+"""The stacks.yaml reference (docs/stacks-reference.md, `imgbuild kinds`) and `imgbuild init` (issue 20,
+part 2): written from the loader and the kind folders, so it cannot drift; a newcomer's first file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from builder import reference
+from builder.load import spec as spec_mod
+from builder.load.kindpath import find_kinds
+from builder.load.kinds import load_kinds
+from conftest import REPO
+
+PAGE = REPO / "docs" / "stacks-reference.md"
+
+
+def shipped():
+    return dict(find_kinds(REPO, [], load_kinds))
+
+
+def test_the_reference_page_is_current():
+    """Regenerate with: .venv/bin/imgbuild kinds --markdown > docs/stacks-reference.md"""
+    assert PAGE.read_text() == reference.markdown(shipped())
+
+
+def test_every_key_the_loader_accepts_is_documented():
+    assert reference.undocumented() == []
+    # The check can fail: a key the loader would accept without a line in the reference.
+    spec_mod.STACK_KEYS.add("new_key")
+    try:
+        assert reference.undocumented() == ["stacks.NAME.new_key"]
+    finally:
+        spec_mod.STACK_KEYS.discard("new_key")
+
+
+def test_every_parameter_of_every_kind_is_on_the_page():
+    text = PAGE.read_text()
+    for name, kind in shipped().items():
+        assert f"### `{name}` ({kind.role})" in text
+        for param in kind.params:
+            assert f"| `{param}` |" in text.split(f"### `{name}`", 1)[1].split("### `", 1)[0], (name, param)
+
+
+def test_kinds_lists_and_shows_each_kind(cli):
+    res = cli("kinds")
+    assert res.code == 0 and all(line.split()[0] in shipped() for line in res.out.splitlines()[:14])
+    res = cli("kinds", "deepspeed")
+    assert res.code == 0, res.output
+    assert "version: version, required" in res.out and "ops: list, default [], one or more of" in res.out
+    assert "arch-coverage: arch-coverage" in res.out and "version fields: {deepspeed}" in res.out
+    data = json.loads(cli("kinds", "deepspeed", "--json").out)
+    assert [p["name"] for p in data[0]["params"]][:2] == ["version", "ops"]
+    bad = cli("kinds", "DeepSpeed")
+    assert bad.code == 2 and "unknown layer kind 'DeepSpeed'" in bad.err and "deepspeed" in bad.err
+
+
+def test_init_writes_a_file_that_checks_and_never_overwrites(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = cli("init")
+    assert res.code == 0, res.output
+    assert "next: imgbuild check -f stacks.yaml" in res.out
+    data = yaml.safe_load((tmp_path / "stacks.yaml").read_text())
+    assert list(data["stacks"]) == ["first-stack"] and data["site"]["registry"] == "127.0.0.1:5000"
+    check = cli("check", "-f", str(tmp_path / "stacks.yaml"))
+    assert check.code == 0, check.output
+    before = (tmp_path / "stacks.yaml").read_bytes()
+    again = cli("init")
+    assert again.code == 2 and "exists" in again.err
+    assert (tmp_path / "stacks.yaml").read_bytes() == before
+    bad = cli("init", "--out", "other.yaml", "--registry", "bad host")
+    assert bad.code == 2 and "site.registry: 'bad host' is not a registry host[:port]" in bad.err, bad.err
+    assert not (tmp_path / "other.yaml").exists()
+
+
+@pytest.mark.parametrize("stack", ["h100-train", "cpu.smoke"])
+def test_init_names_the_stack_it_is_given(cli, tmp_path, monkeypatch, stack):
+    monkeypatch.chdir(tmp_path)
+    assert cli("init", "--stack", stack, "--namespace", "site/images").code == 0
+    assert cli("plan", f"stack={stack}", "--offline", "-f", "stacks.yaml").code == 0
