@@ -19,8 +19,15 @@ from builder.load.spec import Spec, load_spec
 from builder.redact import redact
 from builder.textsafe import terminal
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
-                  help="Declared, pinned, validated GPU training images from one stacks.yaml.")
+# Plain help (no type column: `<list[Path]>` told a reader about Python, not about the option), -h as well
+# as --help, and shell completion (`imgbuild --install-completion`).
+HELP = {"help_option_names": ["-h", "--help"]}
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False, rich_markup_mode=None,
+                  context_settings=HELP, help="Declared, pinned, validated GPU training images from one stacks.yaml.")
+EXIT_CODES = ("Exit codes: 0 ok; 2 bad input (stacks file, arguments; diff: any error); 3 preflight refused; "
+              "4 a git pin; 5 the engine; 6 the registry; 7 build or validation failed, or a release refused "
+              "(no tag moved); 8 a node check failed; 9 an export failed; 70 an internal error; 130 interrupted. "
+              "diff: 0 equal, 1 different.")
 STATE = {"debug": False, "json": False}
 
 
@@ -32,7 +39,7 @@ def echo(text: object = "", err: bool = False) -> None:
 FileOpt = typer.Option(Path(os.environ.get("IMGBUILD_STACKS", "stacks.yaml")), "--file", "-f",
                        help="The stacks file (default: ./stacks.yaml, or $IMGBUILD_STACKS).")
 AllOpt = typer.Option(False, "--all", help="Every stack in the file.")
-Selectors = typer.Argument(None, help="stack=NAME (repeatable).", show_default=False)
+Selectors = typer.Argument(None, help="stack=NAME (repeatable).", show_default=False, metavar="stack=NAME")
 KindsOpt = typer.Option(None, "--kinds", show_default=False,
                         help="A folder of extra layer kinds (<kind>/kind.yaml, fragment.j2); repeatable, the first "
                              "wins; above layers/ beside the stacks file, then the shipped kinds. A site kind named "
@@ -257,7 +264,7 @@ def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAM
     echo("ok: every check passed or was skipped with its reason")
 
 
-ci_app = typer.Typer(no_args_is_help=True, help="Write a CI pipeline from the plan: one job per layer image, "
+ci_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, context_settings=HELP, help="Write a CI pipeline from the plan: one job per layer image, "
                      "needs following the layer DAG, a release job per stack.")
 app.add_typer(ci_app, name="ci")
 ImgbuildCmdOpt = typer.Option("imgbuild", "--imgbuild", help="How the jobs call imgbuild (split into words, each "
@@ -585,9 +592,35 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     echo(f"ok: {path}: {len(bases)} base(s) and {len(layers)} layer(s) locked")
 
 
+def _polish() -> None:
+    """Every verb's help ends with the exit codes (one table, here), and names each value by what it is
+    (PATH, N, TEXT) rather than by its Python type."""
+    import inspect
+    for group in (app, ci_app):
+        for command in group.registered_commands:
+            command.epilog = command.epilog or EXIT_CODES
+            for param in inspect.signature(command.callback).parameters.values():
+                info, kind = param.default, str(param.annotation)
+                if not isinstance(info, typer.models.ParameterInfo) or info.metavar or "bool" in kind:
+                    continue
+                if isinstance(info, typer.models.ArgumentInfo):
+                    info.metavar = param.name.upper()
+                    continue
+                info.metavar = ("PATH" if "Path" in kind else "N" if "int" in kind else "SECONDS" if "float" in kind
+                                else "TEXT")
+
+
+# typer writes an argument's Python type beside its name (`[stack=NAME]... <list[str]>`): the name says it.
+typer.core.TyperArgument.display_type_rich = lambda self, ctx: None
+
+
 def main() -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
+    # --debug anywhere on the line, not only before the verb.
+    if "--debug" in sys.argv[2:]:
+        sys.argv = [sys.argv[0], "--debug"] + [a for a in sys.argv[1:] if a != "--debug"]
+    _polish()
     try:
         code = app(standalone_mode=False)
     except ImgbuildError as exc:

@@ -80,3 +80,21 @@ def test_init_names_the_stack_it_is_given(cli, tmp_path, monkeypatch, stack):
     monkeypatch.chdir(tmp_path)
     assert cli("init", "--stack", stack, "--namespace", "site/images").code == 0
     assert cli("plan", f"stack={stack}", "--offline", "-f", "stacks.yaml").code == 0
+
+
+VERBS = ["check", "render", "plan", "build", "release", "validate", "diff", "lint", "probe", "lock", "node-check",
+         "export", "kinds", "init", "ci gitlab", "ci github"]
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_verb_s_help_names_values_plainly_and_lists_the_exit_codes(cli, verb):
+    res = cli(*verb.split(), "-h")
+    assert res.code == 0, res.output
+    assert "Exit codes: 0 ok; 2 bad input" in res.out
+    import re
+    assert not re.search(r"<(?:list\[|str>|int>|float>|path>|bool>)", res.out), res.out
+
+
+def test_debug_works_after_the_verb(cli):
+    res = cli("plan", "stack=nope", "--debug")
+    assert res.code == 2 and "Traceback" in res.err and "no stack named 'nope'" in res.err
