@@ -98,3 +98,13 @@ def test_every_verb_s_help_names_values_plainly_and_lists_the_exit_codes(cli, ve
 def test_debug_works_after_the_verb(cli):
     res = cli("plan", "stack=nope", "--debug")
     assert res.code == 2 and "Traceback" in res.err and "no stack named 'nope'" in res.err
+
+
+@pytest.mark.parametrize("text,line", [("version: 1\nsite:\n\tregistry: 127.0.0.1:5000\n", 3),
+                                       ("version: 1\nsite:\n  registry: x\n  ci:\n    runner_tags:\n    \t- docker\n", 6)])
+def test_a_tab_in_the_indentation_is_named_as_a_tab(cli, tmp_path, text, line):
+    file = tmp_path / "stacks.yaml"
+    file.write_text(text)
+    res = cli("check", "-f", str(file))
+    assert res.code == 2 and f"spec error[IB209]: {file}:{line}: not valid YAML: a tab in the indentation" in res.err, res.err
+    assert "hint: replace the tab with spaces" in res.err

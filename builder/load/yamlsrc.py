@@ -99,6 +99,12 @@ class _Node:
         self.size, self.height, self.done = 1, 1, kind == "scalar"
 
 
+def _tab_at(text: str, index: int) -> bool:
+    """Whether the character a YAML error points at is a tab where indentation belongs."""
+    line_start = text.rfind("\n", 0, index) + 1
+    return 0 <= index < len(text) and text[index] == "\t" and not text[line_start:index].strip(" \t-")
+
+
 class _Reader:
     def __init__(self, file: str):
         self.file = file
@@ -261,6 +267,10 @@ class _Reader:
                 raise self.fail(mark.line + 1 if mark else None, self.child_path(stack[-1] if stack else None),
                                 f"nested more than {MAX_DEPTH} deep", hint=LIMITS_HINT) from None
             where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            if mark is not None and _tab_at(text, mark.index):
+                # The scanner says "found character '\t' that cannot start any token": name the tab.
+                raise SpecError(f"not valid YAML: a tab in the indentation{where}; YAML indents with spaces only",
+                                file=self.file, line=mark.line + 1, hint="replace the tab with spaces") from None
             raise SpecError(f"not valid YAML: {_problem(exc.problem or exc.context)}{where}", file=self.file,
                             line=mark.line + 1 if mark else None) from None
         except yaml.YAMLError as exc:
