@@ -108,3 +108,13 @@ def test_a_tab_in_the_indentation_is_named_as_a_tab(cli, tmp_path, text, line):
     res = cli("check", "-f", str(file))
     assert res.code == 2 and f"spec error[IB209]: {file}:{line}: not valid YAML: a tab in the indentation" in res.err, res.err
     assert "hint: replace the tab with spaces" in res.err
+
+
+@pytest.mark.parametrize("typo,meant", [("h100", "H100"), ("a100", "A100"), ("Gh200", "GH200"), ("rtx5090", "RTX5090")])
+def test_a_gpu_spelled_in_the_wrong_case_gets_did_you_mean(cli, tmp_path, typo, meant):
+    data = yaml.safe_load((REPO / "stacks.yaml").read_text())
+    data["stacks"]["h100-megatron"]["gpus"] = [typo]
+    file = tmp_path / "stacks.yaml"
+    file.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = cli("check", "-f", str(file))
+    assert res.code == 2 and f"stacks.h100-megatron.gpus[0]: unknown GPU {typo!r} (did you mean {meant!r}?)" in res.err, res.err

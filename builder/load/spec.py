@@ -397,7 +397,8 @@ class _Loader:
             raise self.err(path + ("gpus",), f"expected a list of GPU names, got {type_name(raw_gpus)}")
         for i, gname in enumerate(raw_gpus):
             if not isinstance(gname, str) or gname not in catalog.gpus():
-                raise self.err(path + ("gpus", i), f"unknown GPU {gname!r}",
+                near = [g for g in catalog.gpus() if isinstance(gname, str) and g.lower() == gname.lower().replace(" ", "")]
+                raise self.err(path + ("gpus", i), f"unknown GPU {gname!r}" + (f" (did you mean {near[0]!r}?)" if near else ""),
                                hint="catalog GPUs: " + ", ".join(catalog.gpus()))
             gpus.append(catalog.gpus()[gname])
         tags = raw.get("tags", list(DEFAULT_TAGS))
