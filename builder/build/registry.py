@@ -612,9 +612,5 @@ def _http_error(host: str, method: str, url: str, code: int, body: bytes) -> Reg
                          + (f" ({_plain(detail[:200])})" if detail else ""))
 
 
-def backoff():
-    return iter(BACKOFF)
-
-
 __all__ = ["Registry", "Ref", "Response", "RegistryError", "check_digest", "digest_of", "json_object", "parse_challenge",
            "docker_credentials", "DIGEST", "MANIFEST_TYPES"]
