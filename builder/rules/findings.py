@@ -10,10 +10,7 @@ waived with its reason and fails nothing, --strict included; an error cannot be 
 
 from __future__ import annotations
 
-import inspect
-import re
 from dataclasses import asdict, dataclass, replace
-from functools import cache
 from typing import Iterable
 
 SEVERITIES = ("error", "warning", "unknown")
