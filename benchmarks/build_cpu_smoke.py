@@ -27,10 +27,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder.build.bases import resolve  # noqa: E402
-from builder.build.pipeline import assemble_context  # noqa: E402
-from builder.build.hostconf import HostConf  # noqa: E402
-from builder.build.plan import make_plan  # noqa: E402
+from builder.ship.bases import resolve  # noqa: E402
+from builder.ship.pipeline import assemble_context  # noqa: E402
+from builder.ship.hostconf import HostConf  # noqa: E402
+from builder.plan.keys import make_plan  # noqa: E402
 from builder.load.spec import load_spec  # noqa: E402
 
 DOCKER = "/usr/bin/docker"

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder.build.engine import Engine  # noqa: E402
+from builder.ship.engine import Engine  # noqa: E402
 from builder import nodecheck  # noqa: E402
 
 PLAIN = r'''

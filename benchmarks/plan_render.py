@@ -5,10 +5,10 @@ Target (from the issue): planning and rendering all 500 stacks takes under 1 s, 
 
 What is timed:
   load     builder.load.spec.load_spec on the generated file (YAML parse, kinds, validation).
-  plan     builder.build.plan.make_plan over every stack: renders every layer's Dockerfile (Jinja2) and
+  plan     builder.plan.keys.make_plan over every stack: renders every layer's Dockerfile (Jinja2) and
            computes every content key (sha256 over the inputs). This is the number the target is on.
   cold     the first make_plan in this process (Jinja environment and templates not yet built), and
-           make_plan after builder.build.render.environment.cache_clear() (templates recompiled).
+           make_plan after builder.plan.render.environment.cache_clear() (templates recompiled).
   warm     make_plan with the cached Jinja environment: min and median of --repeat runs.
   hpccm    one hpccm recipe equivalent to the cpu-smoke (or h100-megatron) layer chain, built from
            building blocks and rendered to a Dockerfile string, repeated.
@@ -36,8 +36,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder.build import render as _render  # noqa: E402
-from builder.build.plan import make_plan  # noqa: E402
+from builder.plan import render as _render  # noqa: E402
+from builder.plan.keys import make_plan  # noqa: E402
 from builder.load.spec import load_spec  # noqa: E402
 
 TARGET_S = 1.0
@@ -332,7 +332,7 @@ def report(r: dict) -> str:
            f"load + plan+render (medians, what `imgbuild plan --all` pays besides imports): "
            f"{ld['median_s'] + pr['warm']['median_s']:.3f} s",
            "(cold 'first' = first make_plan in the process; cold min/median = after "
-           "builder.build.render.environment.cache_clear(), templates recompiled)",
+           "builder.plan.render.environment.cache_clear(), templates recompiled)",
            ""]
     h = r["hpccm"]
     if not h["available"]:

@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from builder.errors import SpecError
-from builder.build.plan import Node, Plan, make_plan
+from builder.plan.keys import Node, Plan, make_plan
 from builder.load.spec import Spec
 from builder.rules import catalog
 
@@ -103,7 +103,7 @@ def plan_for(spec: Spec, names: list[str], offline: bool) -> tuple[Plan, list[st
     """The plan with base digests resolved the way `build` resolves them (any registry a base names), so
     that the keys in the pipeline are the keys its node jobs compute. offline: ask no registry; bases
     neither pinned nor locked keep provisional keys (said in the notes) and their node jobs will fail."""
-    from builder.build.bases import resolve
+    from builder.ship.bases import resolve
     bases = resolve(spec, names, lookup="none" if offline else "all")
     if bases.unresolved and not offline:
         bases.require()   # raises, naming the base

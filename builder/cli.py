@@ -14,7 +14,7 @@ import typer
 
 from builder import __version__
 from builder.errors import ImgbuildError, Interrupted, PreflightError, SpecError
-from builder.build.plan import KEY_LEN, image_ref, make_plan
+from builder.plan.keys import KEY_LEN, image_ref, make_plan
 from builder.load.spec import Spec, load_spec
 from builder.redact import redact
 from builder.textsafe import terminal
@@ -122,7 +122,7 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
                                         "and verified here, wheels from the wheelhouse) and ask the site registry for "
                                         "base digests, so that the tree builds without imgbuild.")) -> None:
     """Print (or write) the rendered Dockerfile of every layer of the selected stacks."""
-    from builder.build.outdir import OutDir
+    from builder.plan.outdir import OutDir
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
     if context and not out:
@@ -134,8 +134,8 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
                 echo(f"# ==== {name} / {i:02d} {node.name} (key {node.short})")
                 echo(node.dockerfile)
         return
-    from builder.build import bake
-    from builder.build.bases import Resolved, resolve
+    from builder.plan import bake
+    from builder.ship.bases import Resolved, resolve
     from builder.errors import RegistryError
     # The interop files name images as imgbuild pushes them: keys over base digests. Declared or locked
     # digests need no network; --context (which fetches sources anyway) also asks the site registry.
@@ -150,8 +150,8 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
             for i, node in enumerate(plan.chain(name)):
                 echo(str(folder.write(name, f"{i:02d}-{node.name}.Dockerfile", node.dockerfile)))
         if context:
-            from builder.build.hostconf import HostConf
-            from builder.build.pipeline import assemble_context
+            from builder.ship.hostconf import HostConf
+            from builder.ship.pipeline import assemble_context
             hostconf = HostConf.from_env()
             for key, target in bake.names(plan).targets.items():
                 node = plan.nodes[key]
@@ -174,7 +174,7 @@ def plan(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_:
          offline: bool = typer.Option(False, "--offline", help="Ask no registry: bases neither pinned nor locked "
                                       "keep provisional keys.")) -> None:
     """Show the layer DAG: one node per distinct layer image, its content key and who uses it."""
-    from builder.build.bases import resolve
+    from builder.ship.bases import resolve
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_ or not selectors)
     bases = resolve(spec, names, lookup="none" if offline else "site")
@@ -215,7 +215,7 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
                                    "once on the engine."),
           as_json: bool = typer.Option(False, "--json", help="Print the report as JSON at the end.")) -> None:
     """Build what the registry lacks, validate every image, then move the release tags."""
-    from builder.build.pipeline import build as run_build
+    from builder.ship.pipeline import build as run_build
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_ or bool(node and not selectors))
     report = run_build(spec, names, say=lambda line: echo(line), docker=docker, date=date, node=node, jobs=jobs)
@@ -241,7 +241,7 @@ def release(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, al
             ) -> None:
     """Move the release tags of built stacks: only if every layer image of every selected stack is in
     the registry with passing recorded checks (read from the registry, not from a job's exit code)."""
-    from builder.build.pipeline import release as run_release
+    from builder.ship.pipeline import release as run_release
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
     moved = run_release(spec, names, say=lambda line: echo(line), date=date, require_gpu=require_gpu)
@@ -253,7 +253,7 @@ def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAM
              file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
              docker: Optional[str] = typer.Option(None, "--docker")) -> None:
     """Re-run the in-image checks of existing images and record the results beside them."""
-    from builder.build.pipeline import validate as run_validate
+    from builder.ship.pipeline import validate as run_validate
     from builder.errors import ValidationFailed
     spec = load_spec(file, kinds=kinds or None)
     stacks = [t for t in targets or [] if t.startswith("stack=")]
@@ -468,7 +468,7 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
     Exit 8 when a check fails, naming the ranks that disagreed."""
     import json as _json
     import shutil as _shutil
-    from builder.build.engine import Engine
+    from builder.ship.engine import Engine
     from builder import nodecheck
     from builder.nodecheck import sbatch
     env: dict = {}
@@ -533,10 +533,10 @@ def probe(target: str = typer.Argument(..., help="base=NAME, or layer=NAME (its 
           docker: Optional[str] = typer.Option(None, "--docker", help="The Docker CLI to use (default: detected).")) -> None:
     """Run a base image, or a layer's built image, and measure torch, CUDA, cuDNN, NCCL, Python, TE, Apex,
     numpy and pip's constraints."""
-    from builder.build.bases import resolve as resolve_bases
-    from builder.build.engine import Engine
+    from builder.ship.bases import resolve as resolve_bases
+    from builder.ship.engine import Engine
     from builder.rules.facts import resolve
-    from builder.build.lock import layer_image, probe as run_probe, stack_of
+    from builder.ship.lock import layer_image, probe as run_probe, stack_of
     spec = load_spec(file, kinds=kinds or None)
     key, _, name = target.partition("=")
     if key == "layer" and name in spec.layers:
@@ -572,8 +572,8 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     """Resolve each base's digest and measure it, and measure the built image of each named layer (a
     layer that makes a base of its own: CUDA and torch from PyPI); write stacks.lock.yaml beside the
     stacks file."""
-    from builder.build.engine import Engine
-    from builder.build.lock import lock as run_lock
+    from builder.ship.engine import Engine
+    from builder.ship.lock import lock as run_lock
     spec = load_spec(file, kinds=kinds or None)
     bases, layers = [], []
     for item in targets or [f"base={b}" for b in spec.bases]:

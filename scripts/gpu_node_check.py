@@ -50,7 +50,7 @@ STATUS_WORD = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}
 # -- child programs (run with sys.executable -c; each prints one RESULT_TAG line of JSON) ----------
 
 def _load_probe():
-    """imgbuild's one probe (builder/build/checks/probe.py; standard library only), loaded by path: this script
+    """imgbuild's one probe (builder/ship/checks/probe.py; standard library only), loaded by path: this script
     measures torch, CUDA, cuDNN and NCCL exactly as lock and the in-image checks do."""
     spec = importlib.util.spec_from_file_location("imgbuild_probe", ROOT / "builder" / "build" / "checks" / "probe.py")
     module = importlib.util.module_from_spec(spec)

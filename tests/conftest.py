@@ -28,7 +28,7 @@ DOCKER = "/usr/bin/docker"
 @functools.cache
 def docker_unavailable() -> str | None:
     """Why the docker tests cannot run here, or None. Asked once per session."""
-    from builder.build.registry import Registry
+    from builder.ship.registry import Registry
     try:
         Registry(TEST_REGISTRY).ping()
     except Exception as exc:  # noqa: BLE001 - any failure means "not available"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from builder.build.registry import Registry
+from builder.ship.registry import Registry
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000")
@@ -73,8 +73,8 @@ def key_states(stacks: str, stack: str) -> dict:
     """{layer: (state, digest)} for every key of the stack in the registry, state "complete" (an image
     with its passing proof), "absent" (no key tag) or "half: WHY". A killed build may leave only the
     first two; racing builders must leave only complete ones."""
-    from builder.build.manifest import fetch_manifest, verdict
-    from builder.build.plan import make_plan
+    from builder.ship.manifest import fetch_manifest, verdict
+    from builder.plan.keys import make_plan
     from builder.load.spec import load_spec
     spec = load_spec(stacks)
     reg = Registry(REGISTRY)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.build.checks import judge, request, wanted_code
+from builder.ship.checks import judge, request, wanted_code
 from builder.load.kinds import CheckSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,7 +189,7 @@ def test_the_check_gets_the_arch_list_the_layer_is_built_with(tmp_path):
     compiles no CUDA for the stack (cpu-smoke's DeepSpeed)."""
     import yaml
 
-    from builder.build.plan import make_plan
+    from builder.plan.keys import make_plan
     from builder.load.spec import load_spec
     data = yaml.safe_load((ROOT / "stacks.yaml").read_text())
     data["layers"]["cuda-13.2-pypi"] = {"kind": "cuda-toolkit-pip",
@@ -215,8 +215,8 @@ def test_the_check_gets_the_arch_list_the_layer_is_built_with(tmp_path):
     assert archs == {"s1": ["9.0"], "s2": ["8.0;10.0+PTX"], "s3": ["8.0;9.0a;10.0a"], "s4": ["9.0;10.0f+PTX"],
                      "cpu-smoke": [None]}
     # Every spelling of the build gets the suffix, and the check wants the arch-specific SASS.
-    from builder.build.checks import wanted_code
-    from builder.build.render import CudaTargets
+    from builder.ship.checks import wanted_code
+    from builder.plan.render import CudaTargets
     spec = load_spec(tmp_path / "stacks.yaml", root=ROOT)
     t = CudaTargets.of(spec.stack("s3"), spec.layers["ext-a"])
     assert [t.spell(v) for v in ("TORCH_CUDA_ARCH_LIST", "NVTE_CUDA_ARCHS", "FLASH_ATTN_CUDA_ARCHS",
@@ -232,7 +232,7 @@ def test_a_toolkit_layer_makes_cuda_available_to_the_layers_above_it(tmp_path):
     that provides cuda on a base without one. Below that layer, and on cpu-smoke, it compiles none."""
     import yaml
 
-    from builder.build.plan import make_plan
+    from builder.plan.keys import make_plan
     from builder.load.spec import load_spec
     data = yaml.safe_load((ROOT / "stacks.yaml").read_text())
     data["layers"]["cuda-13.2-pypi"] = {"kind": "cuda-toolkit-pip",

@@ -1,5 +1,5 @@
 """render --out's interop files: docker-bake.json and build.sh wire every layer's PARENT, and with
---context each node's folder holds the build context `build` would send (builder/build/bake.py).
+--context each node's folder holds the build context `build` would send (builder/plan/bake.py).
 The unit tests read the files as bake and bash would; the docker test builds cpu-smoke with build.sh
 on the real engine (this engine has no buildx, so `docker buildx bake` cannot run here)."""
 
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder.build import bake
-from builder.build.bases import resolve
-from builder.build.plan import image_ref, make_plan
+from builder.plan import bake
+from builder.ship.bases import resolve
+from builder.plan.keys import image_ref, make_plan
 from builder.load.spec import load_spec
 from conftest import DOCKER, REPO, STACKS, run_cli
 
@@ -130,7 +130,7 @@ def test_build_script_runs_a_stack_with_its_contexts(tmp_path, monkeypatch):
     pipeline, here with git replaced by a stub; wheels from IMGBUILD_WHEELHOUSE); build.sh then runs
     docker build for the stack's chain, parents first, with PARENT, the build args, the tag and the
     secrets that were given, and no value of a secret in its argv or in the files."""
-    import builder.build.pipeline as pipeline
+    import builder.ship.pipeline as pipeline
 
     def export(pin, dest):
         dest.mkdir(parents=True)
@@ -145,7 +145,7 @@ def test_build_script_runs_a_stack_with_its_contexts(tmp_path, monkeypatch):
             (wheels / wheel.file).write_bytes(b"not really a wheel")
     monkeypatch.setenv("IMGBUILD_WHEELHOUSE", str(wheels))
     # --context also asks the site registry for base digests; a unit test asks none.
-    monkeypatch.setattr("builder.build.bases.resolve", lambda spec, names, lookup: resolve(spec, names, lookup="none"))
+    monkeypatch.setattr("builder.ship.bases.resolve", lambda spec, names, lookup: resolve(spec, names, lookup="none"))
     out = tmp_path / "out"
     res = run_cli("render", "--all", "-f", STACKS, "--out", out, "--context")
     assert res.code == 0, res.output

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder.build.bases import resolve
+from builder.ship.bases import resolve
 from builder.errors import RegistryError
-from builder.build.plan import make_plan
+from builder.plan.keys import make_plan
 from builder.load.spec import load_spec
 from conftest import REPO, run_cli
 from test_imagediff_units import FakeRegistry, config

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-import builder.build.pipeline as build_mod
-from builder.build.bases import Resolved
-from builder.build.pipeline import Builder
-from builder.build.checks import CheckResult
-from builder.build.hostconf import HostConf
-from builder.build.layout import artifact_tag, layer_repo, release_repo
-from builder.build.manifest import build_manifest, fetch_manifest, push_manifest, verdict
-from builder.build.plan import make_plan
-from builder.build.publish import PublishError, promote
+import builder.ship.pipeline as build_mod
+from builder.ship.bases import Resolved
+from builder.ship.pipeline import Builder
+from builder.ship.checks import CheckResult
+from builder.ship.hostconf import HostConf
+from builder.plan.layout import artifact_tag, layer_repo, release_repo
+from builder.ship.manifest import build_manifest, fetch_manifest, push_manifest, verdict
+from builder.plan.keys import make_plan
+from builder.ship.publish import PublishError, promote
 from builder.load.spec import load_spec
 
 from conftest import REPO, shipped_data, write_stacks
@@ -156,7 +156,7 @@ def world(tmp_path, monkeypatch):
 
     monkeypatch.setattr(build_mod, "run_checks", run_checks)
     # syft reads images from a real registry (test_docker_nodecheck.py); here the SBOM is a fixed document.
-    import builder.build.sbom as sbom_mod
+    import builder.ship.sbom as sbom_mod
     monkeypatch.setattr(sbom_mod, "generate", lambda registry, repo, digest, timeout=0: json.dumps(
         {"bomFormat": "CycloneDX", "components": [{"name": "torch", "version": "2.13.0+cpu",
                                                    "purl": "pkg:pypi/torch@2.13.0%2Bcpu"}]}).encode())
@@ -370,7 +370,7 @@ def test_record_never_stores_a_failure_in_the_registry(world, tmp_path):
     assert (b.run_dir / "manifests" / f"{node.name}-{node.short[:12]}.failed.json").exists()
     # And the registry layer itself refuses such a manifest, whoever asks.
     from builder.errors import ValidationFailed
-    from builder.build.manifest import push_manifest
+    from builder.ship.manifest import push_manifest
     with pytest.raises(ValidationFailed, match="refusing to store a manifest with failed checks"):
         push_manifest(reg, layer_repo(spec.site.namespace, node.name), manifest)
     assert reg.puts == []

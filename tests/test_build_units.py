@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from builder.build.checks import CheckResult, judge, parse_ds_report, request
-from builder.build.engine import BuildRequest, Engine, Result
+from builder.ship.checks import CheckResult, judge, parse_ds_report, request
+from builder.ship.engine import BuildRequest, Engine, Result
 from builder.errors import RegistryError, SourceError
 from builder.load.kinds import CheckSpec
 from builder.load.params import GitPin
-from builder.build.publish import PublishError, release_tags
-from builder.build.registry import Ref
-from builder.build.sources import MARKER, export, fetch
+from builder.ship.publish import PublishError, release_tags
+from builder.ship.registry import Ref
+from builder.ship.sources import MARKER, export, fetch
 
 # The op table of a real ds_report (NGC 23.04, DeepSpeed 0.9.5; compat_facts.md 4.5), colours stripped.
 DS_REPORT = """\
@@ -68,7 +68,7 @@ def test_build_argv_passes_secrets_as_files_never_values(tmp_path, monkeypatch):
     """The host's secrets as the build hands them over (HostConf.secrets: an id per file; a value held
     only in memory is first written to a private file) reach argv as --secret id=ID,src=PATH: each
     path is there, the index URL with its token is not, and no secret becomes a build arg or label."""
-    from builder.build.hostconf import HostConf
+    from builder.ship.hostconf import HostConf
     ca, netrc = tmp_path / "ca.pem", tmp_path / "netrc"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
     netrc.write_text("machine files.example login user password pw\n")  # a file: never read here
@@ -96,7 +96,7 @@ def test_the_build_network_comes_from_the_host_and_a_bad_one_is_refused(tmp_path
     """IMGBUILD_BUILD_NETWORK=host: a runner whose engine gives containers no NAT (the second engine of
     scripts/second-engine.sh) builds with --network host; unset, argv has no --network; a typo is a
     clear error naming the variable, not a docker failure an hour later."""
-    from builder.build.hostconf import HostConf
+    from builder.ship.hostconf import HostConf
     from builder.errors import SpecError
     engine = Engine(cli="/usr/bin/docker", mode="builtin", runner=FakeRunner({}))
 
@@ -121,7 +121,7 @@ def test_build_argv_passes_every_arch_list_spelling(tmp_path):
     Engine, CMAKE_CUDA_ARCHITECTURES for CMake), from the plan to argv, each value unchanged."""
     import yaml
 
-    from builder.build.plan import make_plan
+    from builder.plan.keys import make_plan
     from builder.load.spec import load_spec
     root = Path(__file__).resolve().parent.parent
     data = yaml.safe_load((root / "stacks.yaml").read_text())
@@ -287,7 +287,7 @@ def test_check_results_are_data():
 
 
 def test_an_index_url_secret_lives_in_a_private_file_only_during_the_build(monkeypatch, tmp_path):
-    from builder.build.hostconf import HostConf
+    from builder.ship.hostconf import HostConf
     monkeypatch.setenv("IMGBUILD_PIP_INDEX_URL", "https://user:tok3n@index.example/simple")
     monkeypatch.setenv("IMGBUILD_WHEELHOUSE", str(tmp_path))
     conf = HostConf.from_env()
@@ -303,16 +303,16 @@ def test_an_index_url_secret_lives_in_a_private_file_only_during_the_build(monke
 def test_every_check_type_a_kind_may_name_has_a_judge_and_no_judge_is_unreachable():
     """kinds.CHECK_TYPES (checked when kind.yaml loads) and the judges (checks/__init__) are two tables;
     this keeps them one: a type added to one side only fails here, not after an hour of building."""
-    from builder.build.checks import JUDGES, SNIPPETS
+    from builder.ship.checks import JUDGES, SNIPPETS
     from builder.load.kinds import CHECK_TYPES
     assert set(CHECK_TYPES) == set(JUDGES) | set(SNIPPETS)
     assert not set(JUDGES) & set(SNIPPETS)
 
 
 def test_lock_reads_the_one_probe_output_as_base_facts():
-    """lock, the checks and the GPU node check share builder/build/checks/probe.py; lock maps its output to
+    """lock, the checks and the GPU node check share builder/ship/checks/probe.py; lock maps its output to
     base facts: None means measured and not installed, a missing name was not measured."""
-    from builder.build.lock import base_facts
+    from builder.ship.lock import base_facts
     from builder.load.spec import load_spec
     kinds = load_spec(Path(__file__).resolve().parent.parent / "stacks.yaml").kinds.values()
     assert base_facts({"os": "debian-12"}, kinds) == {"os": "debian-12"}          # no Python: all else unknown

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder.build.bases import resolve
-from builder.build.plan import make_plan
+from builder.ship.bases import resolve
+from builder.plan.keys import make_plan
 from builder.load.spec import load_spec
 from conftest import REPO, write_stacks
 
@@ -202,7 +202,7 @@ def test_out_writes_the_file_and_stdout_stays_empty(cli, tmp_path):
 
 def test_an_unresolvable_base_is_refused_without_offline(cli, tmp_path, monkeypatch):
     from builder.errors import RegistryError
-    import builder.build.bases as bases
+    import builder.ship.bases as bases
 
     class Down:
         def __init__(self, host):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.build.registry import Registry
+from builder.ship.registry import Registry
 
 from e2e import (INDEX_URL, MARKER, NEEDLES, NS, PIN_V2, REGISTRY, ROOT, actions, env_for, imgbuild, key_states,
                  release, reports, stacks_file)
@@ -34,7 +34,7 @@ def test_cpu_smoke_builds_validates_and_is_released(first):
     assert len(top) == 1 and None not in top
     # The stored manifest of the DeepSpeed layer shows cpu_adam prebuilt and compatible.
     reg = Registry(REGISTRY)
-    from builder.build.manifest import fetch_manifest
+    from builder.ship.manifest import fetch_manifest
     ds = next(n for n in rep["nodes"].values() if n["layer"] == "ds-0.19.8-cpu")
     manifest = fetch_manifest(reg, f"{NS}/layers/ds-0.19.8-cpu", ds["digest"])
     assert manifest["ds_report_ops"]["cpu_adam"] == {"installed": True, "compatible": True}
@@ -125,7 +125,7 @@ def test_a_failing_check_fails_every_run_and_never_moves_a_tag(work, first):
     """The keys stay, only the checks change (async_io required, libaio not installed). Before the fix,
     runs 1-3 failed and run 4 released the failing image. Five runs here: each one must revalidate the
     DeepSpeed layer, fail, store nothing in the registry and leave every release tag where it was."""
-    from builder.build.manifest import fetch_manifest
+    from builder.ship.manifest import fetch_manifest
     reg = Registry(REGISTRY)
     before = {t: release(t) for t in TAGS}
     assert None not in before.values()
@@ -195,8 +195,8 @@ def interrupted_build(work: Path, name: str, packages: list[str], when: str, sig
 
 def project_key(work: Path, path: Path) -> str:
     """The project layer's key exactly as `build` computes it (bases resolved in the registry)."""
-    from builder.build.bases import resolve
-    from builder.build.plan import make_plan
+    from builder.ship.bases import resolve
+    from builder.plan.keys import make_plan
     from builder.load.spec import load_spec
     spec = load_spec(path)
     return make_plan(spec, ["cpu-smoke"], resolve(spec, ["cpu-smoke"]).require()).top("cpu-smoke").short
@@ -244,7 +244,7 @@ def test_a_killed_imgbuild_takes_its_quiet_build_with_it(tmp_path):
     build client must stop at once, not when the step ends (a client that writes to the dead pipe
     dies of SIGPIPE anyway; a quiet one would not)."""
     (tmp_path / "Dockerfile").write_text(f"FROM {REGISTRY}/mirror/debian:bookworm\nRUN : {NS} && echo started-$((6 * 7)) && sleep 90\n")
-    code = ("import os, sys; from pathlib import Path; from builder.build.engine import BuildRequest, Engine; "
+    code = ("import os, sys; from pathlib import Path; from builder.ship.engine import BuildRequest, Engine; "
             "d = Path(sys.argv[1]); Engine.detect().build(BuildRequest(context=d, dockerfile=d / 'Dockerfile', "
             "tag=f'imgbuild.local/quiet:x-{os.getpid()}', build_args={}, labels={}), d / 'build.log')")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT)
@@ -355,8 +355,8 @@ def test_the_secrets_reach_the_build_through_buildkit_only(work, tmp_path, monke
     inside the build; the image holds the hashes and none of the secrets."""
     import hashlib
     import re as _re
-    from builder.build.engine import BuildRequest, Engine
-    from builder.build.hostconf import HostConf
+    from builder.ship.engine import BuildRequest, Engine
+    from builder.ship.hostconf import HostConf
     for k, v in env_for(work).items():
         if k.startswith("IMGBUILD_"):
             monkeypatch.setenv(k, v)

@@ -55,7 +55,7 @@ class OwnRegistry:
         self.proc.wait()
 
     def digest(self, repo: str, tag: str) -> str | None:
-        from builder.build.registry import Registry
+        from builder.ship.registry import Registry
         return Registry(self.host).manifest_digest(repo, tag)
 
 
@@ -109,8 +109,8 @@ def test_a_registry_restarted_mid_build_is_waited_for(tmp_path, own):
     top = own.digest("faults/cpu-smoke", "cpu-smoke")
     assert top is not None
     # Consistent: the release tag names the top key's image, and every key has its proof.
-    from builder.build.manifest import fetch_manifest
-    from builder.build.registry import Registry
+    from builder.ship.manifest import fetch_manifest
+    from builder.ship.registry import Registry
     reg = Registry(own.host)
     for layer in ("cpu-torch-2.13", "ds-0.19.8-cpu", "cpu-env", "smoke-train"):
         tags = [t for t in reg.tags(f"faults/layers/{layer}") if len(t) == 32]

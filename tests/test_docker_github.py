@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder.build.registry import Registry
+from builder.ship.registry import Registry
 from e2e import REGISTRY, ROOT, NS, env_for, make_work
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]

@@ -107,8 +107,8 @@ def test_the_squashfs_export_is_reproducible_and_the_check_passes_inside_it(work
 def test_every_release_has_its_sbom_and_diff_lists_package_changes(work, first):
     """syft's CycloneDX SBOM is stored beside each released image before its tag moves; `imgbuild diff` of
     two releases lists the package a project added, from the two SBOMs, without pulling a layer."""
-    from builder.build import sbom
-    from builder.build.registry import Registry
+    from builder.ship import sbom
+    from builder.ship.registry import Registry
     from e2e import release
     reg = Registry(REGISTRY)
     digest = release("cpu-smoke")
@@ -134,8 +134,8 @@ def test_a_release_whose_sbom_cannot_be_made_moves_no_tag_and_says_why(work, fir
     """syft failing (here a stand-in for the disk-full syft that a CI run met) stops the release before any
     tag moves, exit 7, with syft's own reason in the message (`-q` once hid it), twice in a row; the same
     build with the real syft then releases, with its SBOM (the positive control)."""
-    from builder.build import sbom
-    from builder.build.registry import Registry
+    from builder.ship import sbom
+    from builder.ship.registry import Registry
     reg = Registry(REGISTRY)
     broken = tmp_path / "syft"
     broken.write_text("#!/bin/sh\necho 'write /tmp/stereoscope-1/layer.tar: no space left on device' >&2\nexit 1\n")
@@ -156,6 +156,6 @@ def test_a_release_whose_sbom_cannot_be_made_moves_no_tag_and_says_why(work, fir
 
 def test_syft_says_why_it_failed(work, first):
     """The real syft on a digest the registry does not hold: its reason reaches the message."""
-    from builder.build import sbom
+    from builder.ship import sbom
     with pytest.raises(sbom.SbomError, match="MANIFEST_UNKNOWN|manifest unknown"):
         sbom.generate(REGISTRY, f"{NS}/cpu-smoke", "sha256:" + "0" * 64)

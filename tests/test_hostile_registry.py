@@ -21,7 +21,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from builder.build.registry import DEADLINE, RETRY_BUDGET, Registry
+from builder.ship.registry import DEADLINE, RETRY_BUDGET, Registry
 from builder.errors import ImgbuildError, RegistryError
 from conftest import REPO, write_stacks
 from hostile_registry import OCI_INDEX, OCI_MANIFEST, Hostile, Other, Silent, digest
@@ -407,7 +407,7 @@ def test_a_broken_http_answer_is_a_clear_refusal(cli, reg, case):
 
 
 def test_a_release_record_with_a_unicode_serial_is_refused_not_a_crash():
-    from builder.build.oci import release_serial
+    from builder.ship.oci import release_serial
     for value in ("²", "٣", "1.5", "-1", "", " 7"):
         with pytest.raises(RegistryError, match="not a release serial"):
             release_serial({"annotations": {"io.imgbuild.serial": value}}, "the release record")
@@ -416,8 +416,8 @@ def test_a_release_record_with_a_unicode_serial_is_refused_not_a_crash():
 
 def test_stored_artifacts_of_the_wrong_shape_are_refused(reg):
     """A check manifest, an SBOM whose document is a list: refusals naming the artifact."""
-    from builder.build.manifest import ARTIFACT_TYPE, fetch_manifest
-    from builder.build.layout import artifact_tag
+    from builder.ship.manifest import ARTIFACT_TYPE, fetch_manifest
+    from builder.plan.layout import artifact_tag
     doc = b"[1, 2]"
     reg.blobs[digest(doc)] = doc
     reg.blobs[digest(b"{}")] = b"{}"
@@ -492,7 +492,7 @@ def test_retries_stop_within_the_budget(monkeypatch):
     """A registry that answers 503 forever: build and release retry, then stop within the budget of all
     tries, however many waits are left (here a 3 s budget and forty 0.2 s waits; by default 60 s and the
     waits of BACKOFF, 43.5 s in all, which the README states)."""
-    import builder.build.registry as registry
+    import builder.ship.registry as registry
     monkeypatch.setattr(registry, "BACKOFF", (0.2,) * 40)
     monkeypatch.setattr(registry, "RETRY_BUDGET", 3.0)
     assert sum(registry.__dict__["BACKOFF"]) > 3

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from builder.build.plan import make_plan
+from builder.plan.keys import make_plan
 from builder.errors import ImgbuildError
 from builder.load.spec import load_spec
 from conftest import write_stacks

@@ -13,9 +13,9 @@ import pytest
 from builder.diff.diffreport import render
 from builder.errors import DiffError
 from builder.diff.imagediff import compare, diff_images, direction, dpkg_compare, resolve
-from builder.build.layout import artifact_tag
-from builder.build.manifest import ARTIFACT_TYPE, OCI_MANIFEST
-from builder.build.sbom import SBOM_TYPE, sbom_tag
+from builder.plan.layout import artifact_tag
+from builder.ship.manifest import ARTIFACT_TYPE, OCI_MANIFEST
+from builder.ship.sbom import SBOM_TYPE, sbom_tag
 from builder.load.spec import Site
 
 DOCKER_V2 = "application/vnd.docker.distribution.manifest.v2+json"
@@ -81,7 +81,7 @@ class FakeRegistry:
             art = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": self.blob(b"{}"),
                               "layers": [{"mediaType": ARTIFACT_TYPE, **rec}]}).encode()
             self.manifests[(artifact_repo or repo, artifact_tag(digest))] = (art, OCI_MANIFEST, "sha256:" + hashlib.sha256(art).hexdigest())
-        if sbom is not None:   # as builder.build.sbom.store writes it: CycloneDX components with purls
+        if sbom is not None:   # as builder.ship.sbom.store writes it: CycloneDX components with purls
             doc = {"bomFormat": "CycloneDX", "components": [{"name": n.split(" ", 1)[1], "version": v,
                                                              "purl": f"pkg:{n.split(' ', 1)[0]}/{n.split(' ', 1)[1]}@{v}"}
                                                             for n, v in sbom.items()]}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.build.plan import make_plan
+from builder.plan.keys import make_plan
 from builder.load.spec import load_spec
 from conftest import GOLDEN, REPO, STACKS, run_cli, shipped_data, write_stacks
 from test_kindpath import kinds_line, site_kind, with_site_kind

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import builder.build.plan
-from builder.build.plan import make_plan
+import builder.plan.keys
+from builder.plan.keys import make_plan
 from builder.load.spec import load_spec
 from conftest import STACKS, copy_kinds, run_cli, shipped_data, write_stacks
 
@@ -184,7 +184,7 @@ def test_description_and_tags_change_no_key(baseline, mutated):
 
 
 def test_builder_version(baseline, tmp_path, monkeypatch):
-    monkeypatch.setattr(builder.build.plan, "__version__", "999.0.0")
+    monkeypatch.setattr(builder.plan.keys, "__version__", "999.0.0")
     after = keys_of(write_stacks(tmp_path / "v", shipped_data()))
     assert changed(baseline, after) == set(baseline)
 
@@ -305,7 +305,7 @@ def test_keys_are_stable_across_processes(repo_root):
     """No hash-seed or set-order dependence: two interpreters with different seeds agree."""
     import subprocess
     import sys
-    code = ("import json; from builder.load.spec import load_spec; from builder.build.plan import make_plan; "
+    code = ("import json; from builder.load.spec import load_spec; from builder.plan.keys import make_plan; "
             "p = make_plan(load_spec('stacks.yaml')); print(json.dumps(p.stacks))")
     outs = [subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}, check=True).stdout

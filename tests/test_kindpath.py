@@ -17,8 +17,8 @@ import pytest
 from builder.load import kindpath
 from builder.errors import SpecError
 from builder.load.kindpath import shipped_root
-from builder.build.plan import make_plan
-from builder.build.render import render_layer
+from builder.plan.keys import make_plan
+from builder.plan.render import render_layer
 from builder.load.spec import load_spec
 from conftest import REPO, STACKS, run_cli, shipped_data, write_stacks
 from test_spec_errors import unruled

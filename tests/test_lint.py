@@ -13,7 +13,7 @@ import pytest
 from conftest import GOLDEN, STACKS, run_cli, write_stacks
 from builder.rules.dockerfile import parse
 from builder.rules.lint import lint_dockerfile, lint_rendered, lint_spec
-from builder.build.plan import make_plan
+from builder.plan.keys import make_plan
 from builder.load.spec import load_spec
 
 NGC = "FROM nvcr.io/nvidia/pytorch:25.09-py3@sha256:" + "a" * 64 + "\n"

@@ -11,12 +11,12 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from builder.build.checks import judge
+from builder.ship.checks import judge
 from builder.rules.facts import resolve
 from builder.diff.imagediff import diff_images
-from builder.build.manifest import build_manifest
-from builder.build.plan import make_plan
-from builder.build.publish import release_tags
+from builder.ship.manifest import build_manifest
+from builder.plan.keys import make_plan
+from builder.ship.publish import release_tags
 from builder.load.spec import load_spec
 from conftest import STACKS, run_cli
 from test_imagediff_units import FakeRegistry, config

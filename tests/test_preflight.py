@@ -444,7 +444,7 @@ def test_every_registered_rule_has_a_failing_case(tmp_path):
     """Each registered rule, run on its own, produces the finding of at least one failing case (so that
     IB040 and IB041 are two rules, and IB030 is covered by a case that its own check reports)."""
     from builder.rules.facts import resolve
-    from builder.build.lockfile import load_lock
+    from builder.plan.lockfile import load_lock
     from builder.rules.preflight import Ctx
 
     covered: dict = {r.id: [] for r in RULES}
@@ -552,7 +552,7 @@ def test_check_all_on_the_shipped_stacks_takes_under_a_second():
 
 
 def test_build_refuses_an_impossible_stack_before_touching_docker(tmp_path, monkeypatch):
-    from builder.build import pipeline as build_module
+    from builder.ship import pipeline as build_module
 
     def no_docker(*args, **kwargs):
         raise AssertionError("Docker must not be reached")
@@ -568,7 +568,7 @@ def test_build_refuses_an_impossible_stack_before_touching_docker(tmp_path, monk
 
 
 def test_build_lets_a_possible_stack_through_to_the_engine(monkeypatch):
-    from builder.build import pipeline as build_module
+    from builder.ship import pipeline as build_module
 
     class Reached(Exception):
         pass

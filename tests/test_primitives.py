@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from builder.build.checks import judge
-from builder.build.plan import make_plan
-from builder.build.render import render_layer
+from builder.ship.checks import judge
+from builder.plan.keys import make_plan
+from builder.plan.render import render_layer
 from builder.errors import SourceError, SpecError
 from builder.load.kinds import CheckSpec
 from builder.load.spec import load_spec
@@ -243,7 +243,7 @@ def test_bad_files_are_refused(write, tmp_path, given, needle):
 
 
 def test_a_file_changed_after_load_stops_the_build(write):
-    from builder.build.pipeline import copy_input
+    from builder.ship.pipeline import copy_input
     path = stack_with(write, gg=_cuda_source(patches=["fix.patch"]))
     (path.parent / "fix.patch").write_text("one\n")
     ref = load_spec(path).layers["gg"].param("patches")[0]
@@ -364,7 +364,7 @@ def _git(cwd: Path, *args: str) -> str:
 
 
 def test_submodules_are_exported_at_the_recorded_commit(tmp_path, monkeypatch):
-    from builder.build.sources import MARKER, export
+    from builder.ship.sources import MARKER, export
     from builder.load.params import GitPin
     monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "cache"))
     sub = tmp_path / "work-sub"
@@ -399,7 +399,7 @@ def test_submodules_are_exported_at_the_recorded_commit(tmp_path, monkeypatch):
 
 
 def test_submodule_urls_go_through_the_allowlist(tmp_path, monkeypatch):
-    from builder.build.sources import export
+    from builder.ship.sources import export
     from builder.load.params import GitPin
     monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "cache"))
     top = tmp_path / "work-top"

@@ -12,11 +12,11 @@ import yaml
 
 from conftest import STACKS, run_cli
 from e2e import NS
-from builder.build.engine import Engine
+from builder.ship.engine import Engine
 from builder.rules.facts import resolve
-from builder.build.lock import load_lock, probe
+from builder.ship.lock import load_lock, probe
 from builder.rules.preflight import preflight
-from builder.build.registry import Registry
+from builder.ship.registry import Registry
 from builder.load.spec import load_spec
 
 REGISTRY = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000")

@@ -14,8 +14,8 @@ import pytest
 from packaging.requirements import Requirement
 
 from builder.errors import RenderError
-from builder.build.plan import make_plan
-from builder.build.render import dq, render_layer, sh
+from builder.plan.keys import make_plan
+from builder.plan.render import dq, render_layer, sh
 from builder.load.spec import load_spec
 from conftest import GOLDEN, STACKS, copy_kinds, instructions, keywords, run_cli, shipped_data, write_stacks
 

@@ -344,7 +344,7 @@ def test_a_broken_revision_is_named_with_its_file_and_line(tmp_path, cli):
 
 
 def test_registry_resolves_mirrored_bases_and_finds_keys_already_built(tmp_path):
-    from builder.build.plan import make_plan
+    from builder.plan.keys import make_plan
     from builder.load.spec import load_spec
     from test_imagediff_units import FakeRegistry, config
 

@@ -1,7 +1,7 @@
 """`imgbuild diff IMAGE_A IMAGE_B`: what differs between two built images, from registry metadata only.
 
 Each side costs a few small requests: the image manifest, its config blob, and the measured manifest
-imgbuild stores beside the image (builder.build.manifest): packages, env, ds_report ops, check results,
+imgbuild stores beside the image (builder.ship.manifest): packages, env, ds_report ops, check results,
 arch coverage. No layer is ever pulled. An image without a stored manifest (built elsewhere) is still
 compared by its config (env, labels, history) and its layer list, and the result says what could not
 be compared. Versions are compared as versions, so every change has a direction.
@@ -18,11 +18,11 @@ from typing import Callable
 from packaging.version import InvalidVersion, Version
 
 from builder.errors import DiffError
-from builder.build.layout import layer_of_release, release_repo
-from builder.build import oci, sbom
-from builder.build.manifest import VOLATILE_ENV, fetch_manifest
-from builder.build.plan import PLATFORM
-from builder.build.registry import Ref, Registry, json_object
+from builder.plan.layout import layer_of_release, release_repo
+from builder.ship import oci, sbom
+from builder.ship.manifest import VOLATILE_ENV, fetch_manifest
+from builder.plan.keys import PLATFORM
+from builder.ship.registry import Ref, Registry, json_object
 from builder.load.spec import Site
 
 CONFIG_MAX = 8 << 20     # an image config (labels, env, history); larger ones are refused, not read
@@ -199,7 +199,7 @@ def resolve(text: str, site: Site | None) -> Ref:
 
 def fetch_image(reg: Registry, text: str, ref: Ref) -> Image:
     """The image a reference names, read as untrusted data: every manifest hashed to its digest (the
-    client), every field checked for its shape before use (builder.build.oci), a config that is not an
+    client), every field checked for its shape before use (builder.ship.oci), a config that is not an
     object refused."""
     found = reg.get_manifest(ref.repo, ref.reference)
     if not found:

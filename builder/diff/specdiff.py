@@ -20,15 +20,15 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from builder.build.bases import resolve
+from builder.ship.bases import resolve
 from builder.errors import DiffError, ImgbuildError
-from builder.build.layout import layer_repo, release_repo
+from builder.plan.layout import layer_repo, release_repo
 from builder.load.params import GitPin, Uninstall, WheelPin
-from builder.build.plan import Node, Plan, image_ref, make_plan
-from builder.build.publish import TAG_OK
-from builder.build.registry import Registry
+from builder.plan.keys import Node, Plan, image_ref, make_plan
+from builder.ship.publish import TAG_OK
+from builder.ship.registry import Registry
 from builder.rules import facts
-from builder.build.render import CudaTargets
+from builder.plan.render import CudaTargets
 from builder.load.spec import LayerDef, Spec, Stack, load_spec
 
 WORKING_TREE = "working tree"

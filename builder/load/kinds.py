@@ -17,7 +17,7 @@ from builder.load.yamlsrc import Doc, dotted, load_file
 
 ROLES = ("base", "layer", "project", "runtime")
 CUDA_MODES = ("never", "always", "if-cuda")   # if-cuda: when a CUDA toolkit is beneath the layer
-# The in-image check types that builder.build.checks knows how to run. Kept here so a typo in a
+# The in-image check types that builder.ship.checks knows how to run. Kept here so a typo in a
 # kind.yaml fails at load time, not after an hour of building.
 CHECK_TYPES = ("import", "dist-version", "pip-check", "ds-report", "env", "python", "command",
                "source-commit", "torch-unchanged", "requirements", "arch-coverage")

@@ -511,7 +511,7 @@ def load_spec(file: str | Path, root: str | Path | None = None, kinds: Any = Non
     if data.get("version", 1) != 1:
         raise loader.err(("version",), f"unsupported version {data.get('version')!r}", hint="allowed: 1")
     site = loader.site(data)
-    from builder.build.lockfile import load_lock   # here: lockfile reads Spec
+    from builder.plan.lockfile import load_lock   # here: lockfile reads Spec
     lock = load_lock(file)
     bases = {}
     for name, raw in loader.mapping(("bases",), loader.required((), data, "bases")).items():

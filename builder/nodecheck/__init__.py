@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.build.engine import Engine
-from builder.build.layout import release_repo
-from builder.build.registry import Registry
+from builder.ship.engine import Engine
+from builder.plan.layout import release_repo
+from builder.ship.registry import Registry
 from builder.errors import ImgbuildError
 from builder.load.spec import Spec
 

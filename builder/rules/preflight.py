@@ -21,7 +21,7 @@ from builder.rules.catalog import Known, driver_tuple
 from builder.rules.facts import agree, ORIGINS, Fact, StackFacts, major_minor, resolve
 from builder.rules.findings import Finding, ordered, strict as make_strict
 from builder.rules.lint import ARCH_VARIANT
-from builder.build.lockfile import load_lock
+from builder.plan.lockfile import load_lock
 from builder.load.spec import LayerDef, Spec, Stack
 from builder.load.yamlsrc import dotted
 
@@ -612,7 +612,7 @@ def base_facts(ctx: Ctx) -> Iterator[Finding]:
 # -- running the rules ------------------------------------------------------------------------------
 
 def preflight(spec: Spec, stacks: Iterable[str], lock=None, strict: bool = False) -> list[Finding]:
-    """Findings of every rule for the named stacks; lock: a builder.build.lock.Lock, else the lock file beside
+    """Findings of every rule for the named stacks; lock: a builder.ship.lock.Lock, else the lock file beside
     the spec is read when there is one. strict: warnings become errors."""
     lock = lock if lock is not None else load_lock(spec.file)
     out: list[Finding] = []

@@ -19,8 +19,8 @@ from builder.rules import lint as lint_module
 from builder.rules import preflight as preflight_module
 from builder.rules.findings import Finding, errors, ordered, strict as make_strict, summary
 from builder.rules.lint import lint_rendered, lint_spec
-from builder.build.lockfile import Lock, load_lock
-from builder.build.plan import make_plan
+from builder.plan.lockfile import Lock, load_lock
+from builder.plan.keys import make_plan
 from builder.rules.preflight import preflight
 from builder.load.spec import Spec
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from builder.errors import RegistryError
-from builder.build.lockfile import load_lock
-from builder.build.registry import Ref, Registry
+from builder.plan.lockfile import load_lock
+from builder.ship.registry import Ref, Registry
 from builder.load.spec import Spec
 
 LOOKUPS = ("all", "site", "none")

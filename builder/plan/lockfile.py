@@ -2,7 +2,7 @@
 and the same for layers whose image is a base in all but name (`lock layer=NAME`).
 
 Only reading lives here (plan, preflight and the base resolver read it without an engine); probing
-and writing are `builder.build.lock`.
+and writing are `builder.ship.lock`.
 """
 
 from __future__ import annotations

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Callable
 
 from builder.errors import ImgbuildError
-from builder.build.manifest import fetch_manifest, verdict
-from builder.build.layout import layer_repo, release_record_tag, release_repo
-from builder.build import sbom
-from builder.build.plan import Plan
-from builder.build.oci import release_serial as release_serial_of
-from builder.build.registry import Registry
+from builder.ship.manifest import fetch_manifest, verdict
+from builder.plan.layout import layer_repo, release_record_tag, release_repo
+from builder.ship import sbom
+from builder.plan.keys import Plan
+from builder.ship.oci import release_serial as release_serial_of
+from builder.ship.registry import Registry
 from builder.load.ciconf import release_refusal
 from builder.load.spec import Spec
 

@@ -1,5 +1,7 @@
-"""Issue 11, "Defects found on the way": one test (or a few) per defect, each written before its fix and
-seen failing against the code before it. Each docstring says what it guards.
+"""What a spec means beyond its schema: where CUDA comes from for op builds, version comparisons,
+project installs, Apex extensions, waivers, --require-locked and rule ids. Each test was written before
+its fix (first filed as issue 11, "Defects found on the way"), seen failing against the code before it,
+and its docstring says what it guards.
 
 Defect 1 (a wildcard pin crashed `check` with exit 70) is guarded at the CLI level by
 tests/test_hostile_values.py::test_hostile_value_is_refused_by_every_command[pip-wildcard-minor-*]
@@ -96,7 +98,7 @@ def test_measured_absence_of_cuda_wins_over_the_declared_one(tmp_path):
     declared > catalog): a lock that measured no CUDA toolkit (cuda: null) means no CUDA ops are compiled,
     and render and preflight agree on it."""
     from builder.rules.facts import resolve
-    from builder.build.lockfile import load_lock
+    from builder.plan.lockfile import load_lock
     file = write_spec(tmp_path, {"s": {"base": "ngc-decl", "layers": ["site", "ds"]}},
                       lock=("ngc-decl", {"cuda": None}))
     spec = load_spec(file)

@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from builder.build.engine import Engine
+from builder.ship.engine import Engine
 from builder.errors import EngineError
 from builder.load.kinds import CheckSpec
-from builder.build.sources import MARKER
+from builder.ship.sources import MARKER
 
 PROBE = Path(__file__).with_name("probe.py")
 OP_LINE = re.compile(r"^(\S+) \.+ \[(YES|NO)\] \.+ \[(OKAY|NO)\]\s*$")

@@ -15,8 +15,8 @@ import sys
 import tempfile
 from typing import Callable
 
-from builder.build.oci import image_manifest, stored_document
-from builder.build.registry import LOOPBACK, Registry
+from builder.ship.oci import image_manifest, stored_document
+from builder.ship.registry import LOOPBACK, Registry
 from builder.errors import ImgbuildError
 
 SBOM_TYPE = "application/vnd.cyclonedx+json"

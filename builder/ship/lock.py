@@ -19,17 +19,17 @@ from typing import Callable
 import yaml
 
 from builder.load import versions
-from builder.build.bases import resolve
-from builder.build.checks import PROBE
-from builder.build.engine import Engine
+from builder.ship.bases import resolve
+from builder.ship.checks import PROBE
+from builder.ship.engine import Engine
 from builder.errors import EngineError, ImgbuildError, SpecError
-from builder.build.layout import layer_repo
-from builder.build.lockfile import LOCK_VERSION, load_lock, lock_path
-from builder.build.plan import make_plan
-from builder.build.registry import Registry
+from builder.plan.layout import layer_repo
+from builder.plan.lockfile import LOCK_VERSION, load_lock, lock_path
+from builder.plan.keys import make_plan
+from builder.ship.registry import Registry
 from builder.load.spec import Spec
 
-# The one probe (builder/build/checks/probe.py), run by the image's own Python; an image without Python (the
+# The one probe (builder/ship/checks/probe.py), run by the image's own Python; an image without Python (the
 # mirrored Debian base) reports its OS only.
 WRAPPER = ('for p in python3 python; do if command -v "$p" >/dev/null 2>&1; then exec "$p" /imgbuild-probe.py; fi; '
            'done; . /etc/os-release 2>/dev/null; printf \'{"os": "%s-%s"}\\n\' "${ID:-unknown}" "${VERSION_ID:-}"')

@@ -4,7 +4,7 @@ image from the inside, push it under its content key, and move release tags only
 Order of trust: an image reaches the registry under its content key only after its checks passed,
 so a key found there is a validated image; a release tag moves only after every node of every
 selected stack is such an image. Any failure stops before the first tag moves. A layer may be
-built on its parent's local image while the parent is still checked and pushed (builder.build.schedule),
+built on its parent's local image while the parent is still checked and pushed (builder.ship.schedule),
 but it reaches the registry only after its parent did.
 """
 
@@ -21,20 +21,20 @@ from pathlib import Path
 from typing import Callable
 
 from builder import __version__
-from builder.build.bases import resolve
-from builder.build.checks import CheckResult, run_checks
-from builder.build.engine import BuildRequest, Engine
+from builder.ship.bases import resolve
+from builder.ship.checks import CheckResult, run_checks
+from builder.ship.engine import BuildRequest, Engine
 from builder.errors import ImgbuildError, RegistryError, SourceError, SpecError, ValidationFailed
-from builder.build.hostconf import HostConf
-from builder.build.manifest import build_manifest, fetch_manifest, push_manifest, verdict
-from builder.build.layout import layer_repo, pending_tag
-from builder.build.plan import KEY_LEN, Node, Plan, file_refs, image_ref, make_plan, sha256
+from builder.ship.hostconf import HostConf
+from builder.ship.manifest import build_manifest, fetch_manifest, push_manifest, verdict
+from builder.plan.layout import layer_repo, pending_tag
+from builder.plan.keys import KEY_LEN, Node, Plan, file_refs, image_ref, make_plan, sha256
 from builder.rules.review import gate
-from builder.build.publish import PublishError, promote, release_serial
-from builder.build.registry import Registry
-from builder.build.render import input_path
-from builder.build.schedule import Handoff, schedule
-from builder.build.sources import export
+from builder.ship.publish import PublishError, promote, release_serial
+from builder.ship.registry import Registry
+from builder.plan.render import input_path
+from builder.ship.schedule import Handoff, schedule
+from builder.ship.sources import export
 from builder.load.params import FileRef
 from builder.load.ciconf import release_refusal
 from builder.load.spec import Spec

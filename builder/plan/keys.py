@@ -17,9 +17,9 @@ from typing import Iterable
 
 from builder import __version__
 from builder.load.kinds import CheckSpec
-from builder.build.layout import layer_repo
+from builder.plan.layout import layer_repo
 from builder.load.params import FileRef, GitPin, Uninstall, WheelPin
-from builder.build.render import CudaTargets, render_layer
+from builder.plan.render import CudaTargets, render_layer
 from builder.load.spec import LayerDef, Spec, Stack
 
 PLATFORM = "linux/amd64"

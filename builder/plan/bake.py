@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass
 
 from builder import __version__
-from builder.build.plan import PLATFORM, Node, Plan, image_ref
+from builder.plan.keys import PLATFORM, Node, Plan, image_ref
 
 NODES = "nodes"                        # DIR/nodes/TARGET: one build context per layer node
 BAKE_FILE = "docker-bake.json"
@@ -23,7 +23,7 @@ DEFAULT = "default"
 _BAD = re.compile(r"[^A-Za-z0-9_-]")   # bake's target and group names; newer bake refuses a dot in one
 
 # The BuildKit secrets a rendered step may mount (layers/macros.j2 net()), all optional, and the
-# variable the script reads each from: the same variables imgbuild reads (builder/build/hostconf.py).
+# variable the script reads each from: the same variables imgbuild reads (builder/ship/hostconf.py).
 SECRETS = (("ca-bundle", "IMGBUILD_CA_BUNDLE", "file"), ("netrc", "IMGBUILD_NETRC", "file"),
            ("pip-index-url", "IMGBUILD_PIP_INDEX_URL", "value"))
 

@@ -13,12 +13,12 @@ import time
 from dataclasses import asdict
 
 from builder import __version__
-from builder.build.checks import CheckResult, parse_ds_report
+from builder.ship.checks import CheckResult, parse_ds_report
 from builder.errors import ValidationFailed
-from builder.build.layout import artifact_tag
+from builder.plan.layout import artifact_tag
 from builder.load.versions import measured as measured_versions
-from builder.build.oci import stored_document
-from builder.build.registry import Registry
+from builder.ship.oci import stored_document
+from builder.ship.registry import Registry
 from builder.errors import RegistryError
 
 SCHEMA = "imgbuild.manifest/v1"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from builder.errors import RegistryError
-from builder.build.registry import Registry, check_digest, json_object
+from builder.ship.registry import Registry, check_digest, json_object
 
 SERIAL = re.compile(r"^[0-9]{1,18}\Z")   # ASCII digits only: str.isdigit() also takes '²' and '٣'
 

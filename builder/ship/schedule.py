@@ -18,7 +18,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, TypeVar
 
-from builder.build.engine import stop_builds
+from builder.ship.engine import stop_builds
 
 R = TypeVar("R")
 

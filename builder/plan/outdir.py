@@ -1,5 +1,5 @@
 """`imgbuild render --out DIR`: write STACK/NN-LAYER.Dockerfile files (and the interop files and build
-contexts, builder/build/bake.py) without ever following a link.
+contexts, builder/plan/bake.py) without ever following a link.
 
 DIR itself, each STACK folder and each file are opened relative to their parent's descriptor with
 O_NOFOLLOW, so a symbolic link planted anywhere on the way is refused, never written through; each
