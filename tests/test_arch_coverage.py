@@ -18,7 +18,7 @@ from builder.ship.checks import judge, request, wanted_code
 from builder.load.kinds import CheckSpec
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("imgbuild_probe", ROOT / "builder" / "build" / "checks" / "probe.py")
+_spec = importlib.util.spec_from_file_location("imgbuild_probe", ROOT / "builder" / "ship" / "checks" / "probe.py")
 probe = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(probe)
 
