@@ -216,9 +216,9 @@ def test_an_unresolvable_base_is_refused_without_offline(cli, tmp_path, monkeypa
     assert res.code == 6 and "cannot resolve base 'debian-bookworm'" in res.err, res.output
 
 
-def test_the_readme_parent_pipeline_generates_then_triggers():
-    """gitlab-ci-local runs this parent for real (test_docker_gitlab.py); here its shape."""
-    text = (REPO / "README.md").read_text()
+def test_the_documented_parent_pipeline_generates_then_triggers():
+    """docs/ci.md's parent .gitlab-ci.yml: gitlab-ci-local runs it for real (test_docker_gitlab.py); here its shape."""
+    text = (REPO / "docs" / "ci.md").read_text()
     block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "trigger:" in b)
     doc = yaml.safe_load(block)
     gen, trig = doc["generate"], doc["images"]

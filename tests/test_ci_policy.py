@@ -1,7 +1,7 @@
 """Who may move a release tag from CI, and where each job runs (issue 18). No Docker, no registry.
 
 - Every generated file (GitLab, GitHub; with and without GPU runners; the shipped stacks and an example)
-  and the README's parent pipeline validate against the official schemas (check-jsonschema's vendored
+  and the parent pipeline of docs/ci.md validate against the official schemas (check-jsonschema's vendored
   GitLab CI and GitHub workflow schemas).
 - The release jobs' conditions, read from the YAML and evaluated for a feature-branch push, the default
   branch, a merge/pull request and a tag: only the release branch reaches a release job.
@@ -58,7 +58,7 @@ def jobs_of(system: str, doc: dict) -> dict:
 # -- schemas ------------------------------------------------------------------------------------------
 
 def readme_parent() -> str:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "ci.md").read_text()
     return next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "trigger:" in b)
 
 

@@ -1,6 +1,6 @@
 """The generated GitLab pipeline, run for real (issues 12 and 18): gitlab-ci-local with the shell executor
 in a temporary git repository whose `origin` is a local bare repository, holding a cpu-smoke stacks file
-in a fresh registry namespace. Its .gitlab-ci.yml is the README's parent pipeline itself (its imgbuild
+in a fresh registry namespace. Its .gitlab-ci.yml is the parent pipeline of docs/ci.md itself (its imgbuild
 commands pointed at this checkout): the generate job writes child.yml with `imgbuild ci gitlab --all`
 and the trigger job runs it (`trigger: include: artifact`, `strategy: depend`), which gitlab-ci-local 4.73
 supports (it says "downstream pipeline is experimental"), except that a failed child does not fail the
@@ -49,8 +49,8 @@ REVIEW = "imgbuild-review.md"
 
 
 def parent_pipeline() -> str:
-    """The README's parent .gitlab-ci.yml, its imgbuild commands calling this checkout's imgbuild."""
-    text = (ROOT / "README.md").read_text()
+    """The parent .gitlab-ci.yml of docs/ci.md, its imgbuild commands calling this checkout's imgbuild."""
+    text = (ROOT / "docs" / "ci.md").read_text()
     block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "trigger:" in b)
     words = "imgbuild ci gitlab --all -f stacks.yaml --out child.yml"
     assert words in block and "- imgbuild diff --markdown" in block, block
@@ -76,7 +76,7 @@ def git(repo: dict, *args: str) -> None:
 def repo(tmp_path_factory) -> dict:
     missing = [t for t in ("gitlab-ci-local", "rsync", "git") if not shutil.which(t)]
     if missing:
-        why = f"{', '.join(missing)} not installed (scripts/setup-host.sh installs them)"
+        why = f"{', '.join(missing)} not installed (scripts/setup-test-host.sh installs them)"
         if os.environ.get("IMGBUILD_REQUIRE_DOCKER") == "1":
             pytest.fail(why)
         pytest.skip(why)
