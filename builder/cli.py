@@ -8,7 +8,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Literal, Optional
 
 import typer
 
@@ -28,17 +28,36 @@ EXIT_CODES = ("Exit codes: 0 ok; 2 bad input (stacks file, arguments; diff: any 
               "4 a git pin; 5 the engine; 6 the registry; 7 build or validation failed, or a release refused "
               "(no tag moved); 8 a node check failed; 9 an export failed; 70 an internal error; 130 interrupted. "
               "diff: 0 equal, 1 different.")
-STATE = {"debug": False, "json": False}
+STATE = {"debug": False, "json": False, "verb": ""}
 
 
 def echo(text: object = "", err: bool = False) -> None:
     """Everything a command prints goes through here: credentials in URLs are redacted (***), and no control
-    character reaches the terminal or the log (text from a registry or an image may hold escape sequences)."""
-    typer.echo(terminal(redact(str(text))), err=err)
+    character reaches the terminal or the log (text from a registry or an image may hold escape sequences).
+    Under --json the text goes to stderr: stdout then holds exactly one JSON document (reply)."""
+    typer.echo(terminal(redact(str(text))), err=err or STATE["json"])
+
+
+def json_mode(verb: str, on: bool) -> bool:
+    """A verb's --json: from here on text goes to stderr, and a refusal is printed as the envelope too."""
+    STATE["json"], STATE["verb"] = on, verb
+    return on
+
+
+def reply(data: dict, ok: bool = True, code: int = 0) -> None:
+    """The one JSON envelope of every verb: {"ok": ..., "verb": ..., the verb's data...}; a failure also has
+    "error" (the first), "errors" (all) and "exit_code", whether a verb judged it (check, lint, node-check)
+    or main() caught a refusal. Credentials redacted; json.dumps escapes every control character."""
+    if STATE["json"]:
+        if not ok:
+            data = {**data, "errors": data.get("errors") or [data["error"]], "exit_code": code}
+        typer.echo(redact(json.dumps({**data, "ok": ok, "verb": STATE["verb"]}, indent=2, sort_keys=True)))
 
 FileOpt = typer.Option(Path(os.environ.get("IMGBUILD_STACKS", "stacks.yaml")), "--file", "-f",
                        help="The stacks file (default: ./stacks.yaml, or $IMGBUILD_STACKS).")
-AllOpt = typer.Option(False, "--all", help="Every stack in the file.")
+AllOpt = typer.Option(False, "--all", help="Every stack in the file (also what no stack=NAME means).")
+JsonOpt = typer.Option(False, "--json", help="One JSON document on stdout: {ok, verb, ...the data}, or with "
+                       "error/errors on a refusal; text goes to stderr.")
 Selectors = typer.Argument(None, help="stack=NAME (repeatable).", show_default=False, metavar="stack=NAME")
 KindsOpt = typer.Option(None, "--kinds", show_default=False,
                         help="A folder of extra layer kinds (<kind>/kind.yaml, fragment.j2); repeatable, the first "
@@ -62,7 +81,9 @@ def root(
 
 
 def select(spec: Spec, selectors: Optional[List[str]], all_: bool) -> list[str]:
-    """Stack names from `stack=NAME` selectors or --all, in the order given (file order for --all)."""
+    """Stack names from `stack=NAME` selectors, in the order given; none (or --all) means every stack in the
+    file, in file order. One default for every verb that takes stacks: a verb that once refused without a
+    selection while its neighbour took them all taught people nothing but which was which."""
     names: list[str] = []
     for item in selectors or []:
         key, sep, value = item.partition("=")
@@ -72,10 +93,8 @@ def select(spec: Spec, selectors: Optional[List[str]], all_: bool) -> list[str]:
         spec.stack(value)
         if value not in names:
             names.append(value)
-    if all_:
+    if all_ or not names:
         names = list(spec.stacks)
-    if not names:
-        raise SpecError("no stack selected: give stack=NAME or --all", hint="stacks: " + ", ".join(spec.stacks))
     return names
 
 
@@ -85,18 +104,20 @@ def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
           strict: bool = typer.Option(False, "--strict", help="Warnings are errors too (waived ones excepted)."),
           require_locked: bool = typer.Option(False, "--require-locked", help="A base without a lock entry "
                                               "(imgbuild lock) is an error: every fact measured."),
-          as_json: bool = typer.Option(False, "--json", help="The findings (and any refusal) as JSON.")) -> None:
+          as_json: bool = JsonOpt) -> None:
     """Validate stacks.yaml, render the selected stacks, run preflight and lint (no Docker needed)."""
     from builder.rules.review import review
-    STATE["json"] = as_json
+    json_mode("check", as_json)
     spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_ or not selectors)
+    names = select(spec, selectors, all_)
     result = review(spec, names, strict, require_locked)
     ok = not result.errors()
     if as_json:
-        echo(json.dumps({"file": str(file), "stacks": names, "ok": ok, "summary": result.summary,
-                         "facts": result.facts, "findings": [f.to_json() for f in result.findings]},
-                        indent=2, sort_keys=True))
+        data = {"file": str(file), "stacks": names, "summary": result.summary, "facts": result.facts,
+                "findings": [f.to_json() for f in result.findings]}
+        if not ok:
+            data["error"] = {"kind": "preflight", "message": f"{result.summary} in {len(names)} stack(s)"}
+        reply(data, ok, PreflightError.exit_code)
         if not ok:
             raise SystemExit(PreflightError.exit_code)
         return
@@ -120,9 +141,11 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
            context: bool = typer.Option(False, "--context", help="With --out: also assemble each layer's build context "
                                         "in DIR/nodes/TARGET as `build` does (kind files, inputs, git sources fetched "
                                         "and verified here, wheels from the wheelhouse) and ask the site registry for "
-                                        "base digests, so that the tree builds without imgbuild.")) -> None:
+                                        "base digests, so that the tree builds without imgbuild."),
+           as_json: bool = JsonOpt) -> None:
     """Print (or write) the rendered Dockerfile of every layer of the selected stacks."""
     from builder.plan.outdir import OutDir
+    json_mode("render", as_json)
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
     if context and not out:
@@ -131,9 +154,13 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
         plan = make_plan(spec, names)
         for name in names:
             for i, node in enumerate(plan.chain(name)):
-                echo(f"# ==== {name} / {i:02d} {node.name} (key {node.short})")
-                echo(node.dockerfile)
+                if not as_json:
+                    echo(f"# ==== {name} / {i:02d} {node.name} (key {node.short})")
+                    echo(node.dockerfile)
+        reply({"stacks": {name: [{"layer": n.name, "key": n.short, "dockerfile": n.dockerfile}
+                                 for n in plan.chain(name)] for name in names}})
         return
+    written: list[str] = []
     from builder.plan import bake
     from builder.ship.bases import Resolved, resolve
     from builder.errors import RegistryError
@@ -148,39 +175,45 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
     with OutDir(out) as folder:
         for name in names:
             for i, node in enumerate(plan.chain(name)):
-                echo(str(folder.write(name, f"{i:02d}-{node.name}.Dockerfile", node.dockerfile)))
+                written.append(str(folder.write(name, f"{i:02d}-{node.name}.Dockerfile", node.dockerfile)))
         if context:
             from builder.ship.hostconf import HostConf
             from builder.ship.pipeline import assemble_context
             hostconf = HostConf.from_env()
             for key, target in bake.names(plan).targets.items():
                 node = plan.nodes[key]
-                echo(str(folder.tree(bake.NODES, target, lambda dest, node=node: assemble_context(node, hostconf, dest))))
-        echo(str(folder.write("", bake.BAKE_FILE, bake.bake_json(plan))))
-        echo(str(folder.write("", bake.SCRIPT, bake.build_script(plan), mode=0o755)))
+                written.append(str(folder.tree(bake.NODES, target,
+                                               lambda dest, node=node: assemble_context(node, hostconf, dest))))
+        written.append(str(folder.write("", bake.BAKE_FILE, bake.bake_json(plan))))
+        written.append(str(folder.write("", bake.SCRIPT, bake.build_script(plan), mode=0o755)))
+    for path in written:
+        echo(path)
     for base, why in sorted(bases.unresolved.items()):
         echo(f"note: base {base}: {why}; the tags in {bake.BAKE_FILE} and {bake.SCRIPT} are provisional keys "
              "(`imgbuild lock` records its digest; --context asks the site registry)", err=True)
     if not context:
         echo(f"note: no build contexts written; `render --out {out} --context` assembles them in "
              f"{out}/{bake.NODES}/ (git sources and wheels included)", err=True)
+    reply({"stacks": names, "written": written, "provisional_bases": sorted(bases.unresolved)})
 
 
 @app.command()
 def plan(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
          kinds: Optional[List[Path]] = KindsOpt,
-         as_json: bool = typer.Option(False, "--json", help="The DAG as JSON (a CI matrix)."),
+         as_json: bool = typer.Option(False, "--json", help="The DAG as JSON (a CI matrix), in the envelope "
+                                      "{ok, verb, ...}; text goes to stderr."),
          explain: bool = typer.Option(False, "--explain", "-x", help="Show the inputs that make each key."),
          offline: bool = typer.Option(False, "--offline", help="Ask no registry: bases neither pinned nor locked "
                                       "keep provisional keys.")) -> None:
     """Show the layer DAG: one node per distinct layer image, its content key and who uses it."""
     from builder.ship.bases import resolve
+    json_mode("plan", as_json)
     spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_ or not selectors)
+    names = select(spec, selectors, all_)
     bases = resolve(spec, names, lookup="none" if offline else "site")
     result = make_plan(spec, names, bases.digests)
     if as_json:
-        echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
+        reply(result.to_json())
         return
     for base, why in sorted(bases.unresolved.items()):
         echo(f"note: base {base}: {why}; its keys are provisional until `imgbuild lock` records its digest "
@@ -213,11 +246,13 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
                                              "the registry with passing checks. Moves no tag."),
           jobs: int = typer.Option(1, "--jobs", "-j", min=1, max=32, help="Build up to N independent layer images at "
                                    "once on the engine."),
-          as_json: bool = typer.Option(False, "--json", help="Print the report as JSON at the end.")) -> None:
+          as_json: bool = typer.Option(False, "--json", help="The run's report (report.json) in the envelope "
+                                       "{ok, verb, ...} on stdout; progress goes to stderr.")) -> None:
     """Build what the registry lacks, validate every image, then move the release tags."""
     from builder.ship.pipeline import build as run_build
+    json_mode("build", as_json)
     spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_ or bool(node and not selectors))
+    names = select(spec, selectors, all_)
     report = run_build(spec, names, say=lambda line: echo(line), docker=docker, date=date, node=node, jobs=jobs)
     built = sum(1 for r in report.nodes.values() if r.action == "build")
     if node:
@@ -228,8 +263,8 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
         done = "built and validated, none released (not the release branch)" if report.held else "released"
         echo(f"ok: {len(names)} stack(s) {done}; {built} layer image(s) built, "
              f"{len(report.nodes) - built} reused; report {report.run_dir}/report.json")
-    if as_json:
-        echo(Path(report.run_dir, "report.json").read_text())
+    reply({**json.loads(Path(report.run_dir, "report.json").read_text()), "stacks": names,
+           "run_dir": str(report.run_dir)})
 
 
 @app.command()
@@ -237,24 +272,28 @@ def release(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, al
             kinds: Optional[List[Path]] = KindsOpt,
             date: Optional[str] = typer.Option(None, "--date", help="The {date} of release tags (default: today, UTC)."),
             require_gpu: bool = typer.Option(False, "--require-gpu-checks", help="A GPU check recorded as skipped is "
-                                             "no proof: every GPU check must have run and passed (CI with GPU runners).")
-            ) -> None:
+                                             "no proof: every GPU check must have run and passed (CI with GPU runners)."),
+            as_json: bool = JsonOpt) -> None:
     """Move the release tags of built stacks: only if every layer image of every selected stack is in
     the registry with passing recorded checks (read from the registry, not from a job's exit code)."""
     from builder.ship.pipeline import release as run_release
+    json_mode("release", as_json)
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
     moved = run_release(spec, names, say=lambda line: echo(line), date=date, require_gpu=require_gpu)
     echo(f"ok: {len(moved)} stack(s) released")
+    reply({"stacks": names, "released": moved})
 
 
 @app.command()
 def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAME or an image reference."),
              file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
-             docker: Optional[str] = typer.Option(None, "--docker")) -> None:
-    """Re-run the in-image checks of existing images and record the results beside them."""
+             docker: Optional[str] = typer.Option(None, "--docker"), as_json: bool = JsonOpt) -> None:
+    """Re-run the in-image checks of existing images (no target: every stack's) and record the results
+    beside them."""
     from builder.ship.pipeline import validate as run_validate
     from builder.errors import ValidationFailed
+    json_mode("validate", as_json)
     spec = load_spec(file, kinds=kinds or None)
     stacks = [t for t in targets or [] if t.startswith("stack=")]
     images = [t for t in targets or [] if not t.startswith("stack=")]
@@ -262,6 +301,7 @@ def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAM
     if not run_validate(spec, names, images, say=lambda line: echo(line), docker=docker):
         raise ValidationFailed("checks failed (see above); nothing was tagged")
     echo("ok: every check passed or was skipped with its reason")
+    reply({"stacks": names, "images": images})
 
 
 ci_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, context_settings=HELP, help="Write a CI pipeline from the plan: one job per layer image, "
@@ -276,10 +316,12 @@ OfflineCiOpt = typer.Option(False, "--offline", help="Ask no registry: bases nei
 
 
 def _ci(system: str, selectors, file: Path, all_: bool, kinds, imgbuild_cmd: str, out, offline: bool,
-        workflow: str | None = None) -> None:
+        as_json: bool, workflow: str | None = None) -> None:
     from builder import ci
+    json_mode(f"ci {system}", as_json)
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
+    all_ = all_ or not selectors   # the regenerate command keeps following the file's stacks
     common = ("-f", str(file)) + tuple(a for k in kinds or [] for a in ("--kinds", str(k)))
     # GitHub's first job writes the workflow again with these very arguments and compares; never with
     # --offline, so a file written offline (provisional keys) cannot pass its own check on a runner.
@@ -292,17 +334,18 @@ def _ci(system: str, selectors, file: Path, all_: bool, kinds, imgbuild_cmd: str
     if out:
         ci.write(out, text)
         echo(f"ok: {out}: {system} pipeline for {len(names)} stack(s)", err=True)
-    else:
+    elif not as_json:
         typer.echo(text, nl=False)   # YAML as written: it holds no credential (keys, names, the stacks file path)
+    reply({"system": system, "stacks": names, "notes": notes, **({"out": str(out)} if out else {"text": text})})
 
 
 @ci_app.command("gitlab")
 def ci_gitlab(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
               kinds: Optional[List[Path]] = KindsOpt, imgbuild_cmd: str = ImgbuildCmdOpt,
-              out: Optional[Path] = CiOutOpt, offline: bool = OfflineCiOpt) -> None:
+              out: Optional[Path] = CiOutOpt, offline: bool = OfflineCiOpt, as_json: bool = JsonOpt) -> None:
     """A GitLab child pipeline (stages build, gpu, release; needs make the DAG). Trigger it from the parent
     .gitlab-ci.yml with trigger: include: artifact (README, CI pipelines)."""
-    _ci("gitlab", selectors, file, all_, kinds, imgbuild_cmd, out, offline)
+    _ci("gitlab", selectors, file, all_, kinds, imgbuild_cmd, out, offline, as_json)
 
 
 @ci_app.command("github")
@@ -311,15 +354,15 @@ def ci_github(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, 
               out: Optional[Path] = CiOutOpt, offline: bool = OfflineCiOpt,
               workflow: str = typer.Option(".github/workflows/imgbuild.yml", "--workflow", help="Where the workflow "
                                            "is committed: its first job regenerates it and compares with this file."),
-              ) -> None:
+              as_json: bool = JsonOpt) -> None:
     """A GitHub Actions workflow; its first job regenerates it and fails when the committed file differs."""
-    _ci("github", selectors, file, all_, kinds, imgbuild_cmd, out, offline, workflow)
+    _ci("github", selectors, file, all_, kinds, imgbuild_cmd, out, offline, as_json, workflow)
 
 
 @app.command()
 def kinds(name: Optional[str] = typer.Argument(None, help="A kind's name: its parameters and checks."),
           kinds_dirs: Optional[List[Path]] = KindsOpt,
-          as_json: bool = typer.Option(False, "--json", help="The kinds as JSON."),
+          as_json: bool = JsonOpt,
           as_markdown: bool = typer.Option(False, "--markdown", help="The whole stacks.yaml reference as Markdown "
                                            "(docs/stacks-reference.md is this)."),
           ) -> None:
@@ -328,13 +371,14 @@ def kinds(name: Optional[str] = typer.Argument(None, help="A kind's name: its pa
     from builder.load.kindpath import find_kinds
     from builder.load.kinds import load_kinds
     from builder import reference
+    json_mode("kinds", as_json)
     found = dict(find_kinds(Path.cwd(), [Path(k) for k in kinds_dirs] if kinds_dirs else None, load_kinds))
     if name is not None and name not in found:
         raise SpecError(f"unknown layer kind {name!r}", hint="kinds: " + ", ".join(sorted(found)))
     if as_markdown:
         typer.echo(reference.markdown(found), nl=False)
     elif as_json:
-        echo(json.dumps([reference.kind_data(found[k]) for k in sorted(found) if name in (None, k)], indent=2))
+        reply({"kinds": [reference.kind_data(found[k]) for k in sorted(found) if name in (None, k)]})
     else:
         echo(reference.kinds_text(found, name))
 
@@ -343,11 +387,13 @@ def kinds(name: Optional[str] = typer.Argument(None, help="A kind's name: its pa
 def init(out: Path = typer.Option(Path("stacks.yaml"), "--out", "-o", help="Where to write it (never over a file)."),
          registry: str = typer.Option("127.0.0.1:5000", "--registry", help="The site registry, host[:port]."),
          namespace: str = typer.Option("imgbuild", "--namespace", help="Repository path for the site's images."),
-         stack: str = typer.Option("first-stack", "--stack", help="The first stack's name.")) -> None:
+         stack: str = typer.Option("first-stack", "--stack", help="The first stack's name."),
+         as_json: bool = JsonOpt) -> None:
     """Write a minimal annotated stacks.yaml for a site: the mirrored Debian base, torch and DeepSpeed on
     CPU, one stack; checked before it is written. Exit 2 if the file exists or a value is refused."""
     from builder import reference
     from builder.ci import write
+    json_mode("init", as_json)
     if out.exists():
         raise SpecError(f"{out} exists; imgbuild init writes a new file only", hint="--out another path")
     text = reference.init_text(registry, namespace, stack)
@@ -363,6 +409,7 @@ def init(out: Path = typer.Option(Path("stacks.yaml"), "--out", "-o", help="Wher
     write(out, text)
     echo(f"ok: {out}: stack {stack!r} on {registry}/{namespace}; next: imgbuild check -f {out}, then "
          f"imgbuild build stack={stack} -f {out}")
+    reply({"file": str(out), "stack": stack, "registry": registry, "namespace": namespace})
 
 
 def _interrupt(signum, frame) -> None:
@@ -375,7 +422,7 @@ def diff(targets: List[str] = typer.Argument(..., show_default=False,
                                              help="REV1 [REV2]: git revisions (one: against the working tree); or "
                                                   "IMAGE_A IMAGE_B: REGISTRY/REPO:TAG, REGISTRY/REPO@sha256:..., STACK@TAG."),
          file: Path = FileOpt,
-         as_json: bool = typer.Option(False, "--json", help="The comparison as JSON."),
+         as_json: bool = JsonOpt,
          markdown: bool = typer.Option(False, "--markdown", help="Markdown for a merge request comment."),
          registry: bool = typer.Option(False, "--registry", help="Spec diff: look new keys up in the site "
                                                                  "registry (found: reused)."),
@@ -386,6 +433,7 @@ def diff(targets: List[str] = typer.Argument(..., show_default=False,
     Exit 0 when equal, 1 when different, 2 on error (so that CI can gate on it)."""
     from builder.diff.diffreport import render
     from builder.errors import DiffError
+    json_mode("diff", as_json)
     # Anything naming a registry or a tag (a '/' or an '@') is an image; git revisions carry neither.
     images = any("/" in t or "@" in t for t in targets)
     try:
@@ -407,19 +455,24 @@ def diff(targets: List[str] = typer.Argument(..., show_default=False,
         raise
     except ImgbuildError as exc:
         raise DiffError(f"{exc.label}: {exc.message}", hint=exc.hint) from exc
-    echo(render(result, "json" if as_json else "markdown" if markdown else "table"))
+    if as_json:
+        reply(result.to_json())   # ok: the comparison was made; "different" (and exit 1) says what it found
+    else:
+        echo(render(result, "markdown" if markdown else "table"))
     raise SystemExit(1 if result.different else 0)
 
 
 @app.command()
 def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles, or folders holding Dockerfiles."),
          kinds: Optional[List[Path]] = KindsOpt,
-         strict: bool = typer.Option(False, "--strict", help="Warnings are errors too.")) -> None:
+         strict: bool = typer.Option(False, "--strict", help="Warnings are errors too."),
+         as_json: bool = JsonOpt) -> None:
     """Lint a stacks file (its values and every rendered Dockerfile) or hand-written Dockerfiles."""
     from builder.rules.findings import errors, ordered, strict as make_strict, summary
     from builder.rules.dockerfile import dockerfiles_in
     from builder.rules.lint import lint_dockerfile
     from builder.rules.review import review
+    json_mode("lint", as_json)
     found, count = [], 0
     for path in paths:
         if path.suffix in (".yaml", ".yml"):
@@ -437,10 +490,17 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
             count += 1
     found = ordered(make_strict(found) if strict else found)
     for finding in found:
-        echo(finding.render())
+        if not as_json:
+            echo(finding.render())
+    data = {"files": count, "summary": summary(found), "findings": [f.to_json() for f in found]}
     if errors(found):
+        reply({**data, "error": {"kind": "lint", "message": f"{summary(found)} in {count} file(s)"}}, False,
+              PreflightError.exit_code)
+        if as_json:
+            raise SystemExit(PreflightError.exit_code)
         raise PreflightError(f"lint: {summary(found)} in {count} file(s)")
     echo(f"ok: {count} file(s) linted: {summary(found)}")
+    reply(data)
 
 
 @app.command(name="node-check")
@@ -450,7 +510,7 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
                                          help="Ranks on this node (one per GPU where there are GPUs)."),
                gpus: Optional[bool] = typer.Option(None, "--gpus/--no-gpus",
                                                    help="NCCL on the engine's GPUs (default: when it has any)."),
-               json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+               json_out: bool = JsonOpt,
                only: Optional[str] = typer.Option(None, "--only", help="Comma-separated check ids."),
                emit_sbatch: Optional[Path] = typer.Option(None, "--emit-sbatch", help="Write a Slurm batch script "
                                                           "that runs the check over --nodes nodes, and do not run it."),
@@ -466,11 +526,11 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
     """Run the consistency check with an image on this node: matmul against a reference, collectives and
     all-reduce bus bandwidth, DeepSpeed ZeRO-2 steps, Megatron-Core TP/PP, the environment of every rank.
     Exit 8 when a check fails, naming the ranks that disagreed."""
-    import json as _json
     import shutil as _shutil
     from builder.ship.engine import Engine
     from builder import nodecheck
     from builder.nodecheck import sbatch
+    json_mode("node-check", json_out)
     env: dict = {}
     if target is None and squashfs is None and from_log is None:
         raise SpecError("name the image to check: stack=NAME, an image reference, --squashfs FILE or --from-log FILE")
@@ -492,6 +552,7 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
         emit_sbatch.chmod(0o755)
         echo(f"ok: {emit_sbatch} (and {worker}): {nodes} node(s) x {gpus_per_node or procs} task(s); "
              f"submit with: sbatch {emit_sbatch}")
+        reply({"sbatch": str(emit_sbatch), "worker": str(worker), "nodes": nodes})
         return
     if from_log is not None:
         text = from_log.read_text(errors="replace")
@@ -501,9 +562,17 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
     else:
         report = nodecheck.run(Engine.detect(docker), image, procs=procs, gpus=gpus,
                                options={"only": only} if only else None)
-    echo(_json.dumps(report.to_json(), indent=1) if json_out else nodecheck.table(report))
+    failed = [r for r in report.results if r["status"] == "failed"]
+    if json_out:
+        data = report.to_json()
+        if failed:
+            data["error"] = {"kind": "node check", "message": ", ".join(r["id"] for r in failed) + " failed"}
+        reply(data, report.ok, nodecheck.NodeCheckFailed.exit_code)
+        if not report.ok:
+            raise SystemExit(nodecheck.NodeCheckFailed.exit_code)
+    else:
+        echo(nodecheck.table(report))
     if not report.ok:
-        failed = [r for r in report.results if r["status"] == "failed"]
         raise nodecheck.NodeCheckFailed(", ".join(f"{r['id']} (rank {', '.join(map(str, r['bad_ranks'])) or '?'})"
                                                   for r in failed) + f" failed on {image}")
 
@@ -512,10 +581,11 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
 def export(target: str = typer.Argument(..., help="stack=NAME (its released image) or an image reference by digest."),
            fmt: str = typer.Option("squashfs", "--format", help="squashfs: an Enroot / pyxis image."),
            out: Path = typer.Option(..., "--out", "-o", help="The file to write (FILE.json beside it: its record)."),
-           file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt) -> None:
+           file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt, as_json: bool = JsonOpt) -> None:
     """Export a released image for a cluster: the same digest always gives the same bytes."""
     from builder import export as exporter
     from builder import nodecheck
+    json_mode("export", as_json)
     if fmt != "squashfs":
         raise SpecError(f"--format {fmt!r} is not a format imgbuild exports", hint="formats: squashfs")
     if target.startswith("stack="):
@@ -525,18 +595,21 @@ def export(target: str = typer.Argument(..., help="stack=NAME (its released imag
         image = target
     record = exporter.squashfs(image, out, say=lambda line: echo(line))
     echo(f"ok: {out} ({record['size'] / 1e9:.2f} GB, {record['sha256'][:19]}) from {image} in {record['seconds']} s")
+    reply({"out": str(out), "image": image, "record": record})
 
 
 @app.command()
 def probe(target: str = typer.Argument(..., help="base=NAME, or layer=NAME (its image in the registry)"),
           file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
-          docker: Optional[str] = typer.Option(None, "--docker", help="The Docker CLI to use (default: detected).")) -> None:
+          docker: Optional[str] = typer.Option(None, "--docker", help="The Docker CLI to use (default: detected)."),
+          as_json: bool = JsonOpt) -> None:
     """Run a base image, or a layer's built image, and measure torch, CUDA, cuDNN, NCCL, Python, TE, Apex,
     numpy and pip's constraints."""
     from builder.ship.bases import resolve as resolve_bases
     from builder.ship.engine import Engine
     from builder.rules.facts import resolve
     from builder.ship.lock import layer_image, probe as run_probe, stack_of
+    json_mode("probe", as_json)
     spec = load_spec(file, kinds=kinds or None)
     key, _, name = target.partition("=")
     if key == "layer" and name in spec.layers:
@@ -562,18 +635,21 @@ def probe(target: str = typer.Argument(..., help="base=NAME, or layer=NAME (its 
         echo(f"  {fact}: {value if value is not None else 'not installed'}" + (f"   ({other})" if other else ""))
     if "python" not in measured:
         echo("  (no Python in the image: Python, torch and the rest are unknown, not absent)")
+    reply({"target": target, "image": where, "measured": measured,
+           "known": {fact: [f"{f.origin} {f.value}" for f in facts] for fact, facts in known.items()}})
 
 
 @app.command(name="lock")
 def lock_cmd(targets: Optional[List[str]] = typer.Argument(
                  None, help="base=NAME or layer=NAME (repeatable; default every base)."),
              file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
-             docker: Optional[str] = typer.Option(None, "--docker")) -> None:
+             docker: Optional[str] = typer.Option(None, "--docker"), as_json: bool = JsonOpt) -> None:
     """Resolve each base's digest and measure it, and measure the built image of each named layer (a
     layer that makes a base of its own: CUDA and torch from PyPI); write stacks.lock.yaml beside the
     stacks file."""
     from builder.ship.engine import Engine
     from builder.ship.lock import lock as run_lock
+    json_mode("lock", as_json)
     spec = load_spec(file, kinds=kinds or None)
     bases, layers = [], []
     for item in targets or [f"base={b}" for b in spec.bases]:
@@ -590,6 +666,7 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
         raise failures[0].__class__(f"{len(failures)} of {len(bases) + len(layers)} target(s) not locked (see above); "
                                     f"{path} holds the others", hint=failures[0].hint)
     echo(f"ok: {path}: {len(bases)} base(s) and {len(layers)} layer(s) locked")
+    reply({"path": str(path), "bases": bases, "layers": layers})
 
 
 def _polish() -> None:
@@ -614,6 +691,21 @@ def _polish() -> None:
 typer.core.TyperArgument.display_type_rich = lambda self, ctx: None
 
 
+def refusal(exc: ImgbuildError) -> dict:
+    """A refusal in the JSON envelope: "error" (the first, or only, one), "errors" (every one: a stacks file
+    reports all its independent mistakes at once), the exit code, and a failed build's report."""
+    def one(err: ImgbuildError) -> dict:
+        if callable(getattr(err, "to_json", None)):
+            return err.to_json()
+        return {"kind": err.label, "message": err.message, "hint": err.hint}
+    errors = [one(e) for e in getattr(exc, "errors", None) or [exc]]
+    data = {"error": errors[0], "errors": errors, "exit_code": exc.exit_code}
+    report = getattr(exc, "report", None)
+    if report is not None and getattr(report, "run_dir", None):
+        data["run_dir"] = str(report.run_dir)
+    return data
+
+
 def main() -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
@@ -626,8 +718,8 @@ def main() -> None:
     except ImgbuildError as exc:
         if STATE["debug"]:
             echo(traceback.format_exc().rstrip("\n"), err=True)
-        if STATE.get("json") and isinstance(exc, SpecError):
-            echo(json.dumps({"ok": False, "error": exc.to_json()}, indent=2, sort_keys=True))
+        if STATE.get("json"):
+            reply(refusal(exc), False, exc.exit_code)
         echo(exc.render(), err=True)
         sys.exit(exc.exit_code)
     except (Interrupted, KeyboardInterrupt):

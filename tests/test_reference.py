@@ -52,7 +52,8 @@ def test_kinds_lists_and_shows_each_kind(cli):
     assert "version: version, required" in res.out and "ops: list, default [], one or more of" in res.out
     assert "arch-coverage: arch-coverage" in res.out and "version fields: {deepspeed}" in res.out
     data = json.loads(cli("kinds", "deepspeed", "--json").out)
-    assert [p["name"] for p in data[0]["params"]][:2] == ["version", "ops"]
+    assert data["ok"] is True and data["verb"] == "kinds"
+    assert [p["name"] for p in data["kinds"][0]["params"]][:2] == ["version", "ops"]
     bad = cli("kinds", "DeepSpeed")
     assert bad.code == 2 and "unknown layer kind 'DeepSpeed'" in bad.err and "deepspeed" in bad.err
 

@@ -8,9 +8,11 @@ them on purpose (review the diff before committing), otherwise any difference fa
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 import re
 
 import pytest
+import yaml
 from packaging.requirements import Requirement
 
 from builder.errors import RenderError
@@ -438,6 +440,11 @@ def test_render_to_stdout_one_stack():
     assert "h100" not in res.out
 
 
-def test_render_needs_a_selection():
+def test_no_selection_means_every_stack():
+    """One default on every verb that takes stacks: none named is every stack in the file."""
     res = run_cli("render", "-f", STACKS)
-    assert res.code == 2 and "no stack selected" in res.err
+    assert res.code == 0, res.output
+    named = run_cli("render", "--all", "-f", STACKS)
+    assert res.out == named.out
+    for stack in yaml.safe_load(Path(STACKS).read_text())["stacks"]:
+        assert f"# ==== {stack} / 00 " in res.out

@@ -7,6 +7,8 @@ marker `# <==`, so the expected line number is read from the text itself.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import subprocess
 import sys
@@ -371,6 +373,10 @@ def test_every_command_refuses_the_same_way(command, write):
     text = VALID.replace("    base: ngc\n", "    base: ngc-99  # <==\n")
     file = write(text)
     res = run_cli(*command, "-f", file)
+    if "--json" in command:   # the same refusal, also as the JSON envelope on stdout
+        body = json.loads(res.out)
+        assert body["ok"] is False and body["error"]["key"] == "stacks.s1.base", body
+        res = dataclasses.replace(res, out="")
     assert_refused(res, file, "unknown base 'ngc-99'", marked_line(text), "stacks.s1.base", "bases: deb, ngc")
 
 
