@@ -27,8 +27,20 @@ commit() {   # commit NAME DATE MESSAGE TAG
     git -C "$work/$1" tag -a "$4" -m "$3"
 }
 
+refs() {   # refs REPO: each branch and tag with the commit it names
+    git -C "$1" for-each-ref --format='%(refname) %(if)%(*objectname)%(then)%(*objectname)%(else)%(objectname)%(end)'
+}
+
 publish() {   # publish NAME: replace the bare mirror at once, never leave half of one
     local dest="$mirrors/$1.git"
+    # The same commits as the mirror there: keep it, so that a build fetching from it meanwhile
+    # (a test beside a second setup) never finds it gone.
+    if [ -d "$dest" ] && [ "$(refs "$dest")" = "$(refs "$work/$1")" ]; then
+        printf 'mirror %s (current):' "$dest"
+        for tag in $(git -C "$dest" tag); do printf ' %s %s' "$tag" "$(git -C "$dest" rev-parse "$tag^{commit}")"; done
+        echo
+        return
+    fi
     rm -rf "$dest.tmp" && mkdir -p "$mirrors"
     git clone -q --bare "$work/$1" "$dest.tmp"
     rm -rf "$dest" && mv "$dest.tmp" "$dest"

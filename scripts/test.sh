@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite, the Docker and registry tests included: prepares the machine like
-# quickstart.sh, gives back the disk earlier runs used (scripts/reclaim.sh), installs imgbuild with its test extras in .venv, then runs pytest.
+# quickstart.sh (scripts/setup-host.sh) plus what only the tests need (scripts/setup-test-host.sh:
+# Slurm, gitlab-ci-local, export's tools, the CUDA toolchain from PyPI), gives back the disk earlier runs used (scripts/reclaim.sh), installs imgbuild with its test extras in .venv, then runs pytest.
 # IMGBUILD_REQUIRE_DOCKER=1 and IMGBUILD_REQUIRE_CUDA_TOOLCHAIN=1 (set here) turn "no Docker engine"
 # and "no nvcc" from skips into failures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup-host.sh
+bash scripts/setup-host.sh        # engine, registry, base, git mirror: what building needs
+bash scripts/setup-test-host.sh   # what only tests need: skopeo, rsync, export's tools, Slurm, gitlab-ci-local, nvcc
 bash scripts/reclaim.sh      # what earlier test runs left in the engine and the registry; fails if the disk is short
-bash scripts/cuda-toolchain.sh >/dev/null   # nvcc and cuobjdump from PyPI: the arch-coverage reader's tests
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q -e '.[test]'
 export IMGBUILD_REQUIRE_DOCKER=1 IMGBUILD_REQUIRE_CUDA_TOOLCHAIN=1

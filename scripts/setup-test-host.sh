@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# What only the test suite needs on a Debian 12 host (root), beyond scripts/setup-host.sh (the engine,
+# the registry, the base and the git mirror: what building and releasing need):
+#   1. packages: skopeo (a second registry client), rsync (gitlab-ci-local copies the checkout with it),
+#      squashfs-tools + umoci (imgbuild export), slurm-wlm + munge (a one-machine cluster)
+#   2. gitlab-ci-local (npm), which runs the pipelines `imgbuild ci gitlab` writes, for real
+#   3. a one-machine Slurm cluster (scripts/slurm-local.sh) for the node check's batch job
+#   4. nvcc and cuobjdump from PyPI (scripts/cuda-toolchain.sh), for the arch-coverage reader's tests
+# scripts/test.sh runs it after setup-host.sh. Idempotent: a second run only checks and takes seconds.
+#   IMGBUILD_STATE_DIR, IMGBUILD_LOG_DIR   as in setup-host.sh (default /var/lib/imgbuild, /var/log/imgbuild)
+#   IMGBUILD_CUDA_TOOLCHAIN                where the CUDA toolchain goes (scripts/cuda-toolchain.sh)
+set -euo pipefail
+
+STATE_DIR="${IMGBUILD_STATE_DIR:-/var/lib/imgbuild}"
+LOG_DIR="${IMGBUILD_LOG_DIR:-/var/log/imgbuild}"
+PACKAGES=(skopeo rsync squashfs-tools umoci slurm-wlm munge)
+GITLAB_CI_LOCAL_VERSION=4.73.0  # 4.74 and later need Node 22
+here=$(cd "$(dirname "$0")" && pwd)
+
+export DEBIAN_FRONTEND=noninteractive
+
+T0=$(date +%s.%N)
+STEP_NAME="" STEP_T0="" STEP_TIMES=()
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+log() { echo "[setup-test] $*"; }
+die() { echo "[setup-test] ERROR${STEP_NAME:+ in step '$STEP_NAME'}: $*" >&2; exit 1; }
+step() { STEP_NAME="$1"; STEP_T0=$(now); log "==> $STEP_NAME"; }
+step_done() { log "<== $STEP_NAME: done in $(elapsed "$STEP_T0") s${1:+ ($1)}"; STEP_TIMES+=("$STEP_NAME: $(elapsed "$STEP_T0") s${1:+ ($1)}"); STEP_NAME=""; }
+trap 'rc=$?; [ $rc -eq 0 ] || echo "[setup-test] FAILED (exit $rc)${STEP_NAME:+ in step '"'"'$STEP_NAME'"'"'} after $(elapsed "$T0") s" >&2' EXIT
+
+[ "$(id -u)" -eq 0 ] || die "must run as root (installs packages, starts the Slurm daemons)"
+mkdir -p "$STATE_DIR" "$LOG_DIR"
+
+# One setup at a time on a host (a lock of its own: setup-host.sh may run beside it).
+exec 9>"$STATE_DIR/setup-test.lock"
+flock -w 900 9 || die "another setup-test-host.sh holds $STATE_DIR/setup-test.lock"
+
+apt_install() {   # apt_install PKG...: install with the maintainer scripts kept from starting services
+    local created_policy="" apt_log="$LOG_DIR/apt.log"
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && created_policy=1
+    fi
+    if ! { apt-get -o Acquire::Retries=3 update &&
+           apt-get -o Acquire::Retries=3 install -y --no-install-recommends "$@"; } >>"$apt_log" 2>&1; then
+        [ -z "$created_policy" ] || rm -f /usr/sbin/policy-rc.d
+        tail -n 30 "$apt_log" >&2
+        die "apt-get install $* failed (full log: $apt_log)"
+    fi
+    [ -z "$created_policy" ] || rm -f /usr/sbin/policy-rc.d
+}
+
+# ---------------------------------------------------------------- 1. packages
+step "packages"
+missing=()
+for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    log "installing: ${missing[*]}"
+    apt_install "${missing[@]}"
+    step_done "installed ${#missing[@]} package(s)"
+else
+    step_done "all present"
+fi
+for b in /usr/bin/skopeo /usr/bin/rsync /usr/bin/mksquashfs /usr/bin/umoci /usr/bin/sbatch; do
+    [ -x "$b" ] || die "$b missing after install"
+done
+
+# ---------------------------------------------------------------- 2. gitlab-ci-local
+step "gitlab-ci-local"
+if [ "$(gitlab-ci-local --version 2>/dev/null)" = "$GITLAB_CI_LOCAL_VERSION" ]; then
+    step_done "$GITLAB_CI_LOCAL_VERSION already installed"
+else
+    if ! command -v npm >/dev/null 2>&1; then
+        log "installing npm (Debian)"
+        apt_install npm
+    fi
+    npm install -g "gitlab-ci-local@$GITLAB_CI_LOCAL_VERSION" >"$LOG_DIR/npm.log" 2>&1 ||
+        { tail -n 30 "$LOG_DIR/npm.log" >&2; die "npm install -g gitlab-ci-local@$GITLAB_CI_LOCAL_VERSION failed (log: $LOG_DIR/npm.log)"; }
+    [ "$(gitlab-ci-local --version 2>/dev/null)" = "$GITLAB_CI_LOCAL_VERSION" ] ||
+        die "gitlab-ci-local $GITLAB_CI_LOCAL_VERSION is not on PATH after npm install -g (log: $LOG_DIR/npm.log)"
+    step_done "installed $GITLAB_CI_LOCAL_VERSION"
+fi
+
+# ---------------------------------------------------------------- 3. Slurm
+step "slurm"
+# 9>&-: munged would keep the setup lock, and every later run of this script would wait for it
+bash "$here/slurm-local.sh" start >"$LOG_DIR/slurm.log" 2>&1 9>&- ||
+    { tail -n 30 "$LOG_DIR/slurm.log" >&2; die "scripts/slurm-local.sh start failed (log: $LOG_DIR/slurm.log)"; }
+step_done "$(tail -n 1 "$LOG_DIR/slurm.log")"
+
+# ---------------------------------------------------------------- 4. CUDA toolchain
+step "cuda toolchain"
+cuda=$(bash "$here/cuda-toolchain.sh" 2>"$LOG_DIR/cuda-toolchain.log") ||
+    { tail -n 30 "$LOG_DIR/cuda-toolchain.log" >&2; die "scripts/cuda-toolchain.sh failed (log: $LOG_DIR/cuda-toolchain.log)"; }
+step_done "$cuda"
+
+log "---------------- summary ----------------"
+for t in "${STEP_TIMES[@]}"; do log "  step $t"; done
+log "total:                 $(elapsed "$T0") s"
+log "test host ready"
