@@ -112,7 +112,7 @@ cat <<EOF
 [quickstart] done: cpu-smoke is built, validated and released in $registry/$namespace.
 [quickstart] next:
   .venv/bin/imgbuild validate stack=cpu-smoke ${file_opt[*]}   # the released image's checks, run again
-  .venv/bin/imgbuild plan stack=cpu-smoke ${file_opt[*]}       # its layers, their content keys: all built now
+  .venv/bin/imgbuild plan --explain stack=cpu-smoke ${file_opt[*]}   # its layer images and what makes each content key
   mkdir ~/my-site && cd ~/my-site && $here/.venv/bin/imgbuild init   # your first stack (README: Your first stack)
   bash scripts/test.sh                            # the whole test suite (as root: installs the test tools too)
 EOF
