@@ -246,6 +246,11 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
                                              "the registry with passing checks. Moves no tag."),
           jobs: int = typer.Option(1, "--jobs", "-j", min=1, max=32, help="Build up to N independent layer images at "
                                    "once on the engine."),
+          progress: Literal["auto", "plain", "tty"] = typer.Option(
+              "auto", "--progress", metavar="auto|plain|tty",
+              help="How the build is shown: tty, a status line per layer at work, redrawn in place; plain, "
+                   "lines only, with a heartbeat for a layer silent for 30 s; auto, tty on a terminal outside "
+                   "CI. Every line names its layer; the full engine output is in the run folder either way."),
           as_json: bool = typer.Option(False, "--json", help="The run's report (report.json) in the envelope "
                                        "{ok, verb, ...} on stdout; progress goes to stderr.")) -> None:
     """Build what the registry lacks, validate every image, then move the release tags."""
@@ -253,7 +258,8 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
     json_mode("build", as_json)
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
-    report = run_build(spec, names, say=lambda line: echo(line), docker=docker, date=date, node=node, jobs=jobs)
+    report = run_build(spec, names, say=lambda line: echo(line), docker=docker, date=date, node=node, jobs=jobs,
+                       progress=progress, out=sys.stderr if as_json else sys.stdout)
     built = sum(1 for r in report.nodes.values() if r.action == "build")
     if node:
         res = next(iter(report.nodes.values()))

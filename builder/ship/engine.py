@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from builder.errors import EngineError
-
-STEP = re.compile(r"^#\d+ (\[[^\]]+\] .*|DONE [0-9.]+s|ERROR.*|CACHED)$")
+from builder.ship.progress import clean_tail
 
 
 @dataclass
@@ -134,7 +133,8 @@ class Engine:
         return argv
 
     def build(self, req: BuildRequest, log: Path, progress: Callable[[str], None] = lambda line: None) -> None:
-        """Run one build; the whole output goes to `log`, step lines to `progress`. Raises on failure."""
+        """Run one build; the whole output goes to `log` as it comes, and each of its lines to `progress`
+        (which shows what a person should see of it: builder.ship.progress). Raises on failure."""
         argv = self.build_argv(req)
         env = dict(self.env, DOCKER_BUILDKIT="1", BUILDKIT_PROGRESS="plain")
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -151,9 +151,7 @@ class Engine:
                 for line in proc.stdout:
                     out.write(line)
                     out.flush()   # the log is followed live (tail -f) during hour-long compiles
-                    line = line.rstrip("\n")
-                    if STEP.match(line):
-                        progress(line)
+                    progress(line.rstrip("\n"))
                 rc = proc.wait()
             except BaseException:
                 # Interrupted: stop the whole build (client and its BuildKit session), then re-raise.
@@ -163,7 +161,7 @@ class Engine:
                 with _LIVE_LOCK:
                     _LIVE.discard(proc)
         if rc != 0:
-            tail = log.read_text(errors="replace").strip().splitlines()[-15:]
+            tail = clean_tail(log.read_text(errors="replace").strip().splitlines())[-15:]
             raise EngineError(f"build of {req.tag} failed (exit {rc}); last lines:\n    " + "\n    ".join(tail),
                               hint=f"full log: {log}")
 

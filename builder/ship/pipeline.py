@@ -16,9 +16,10 @@ import os
 import secrets
 import shutil
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TextIO
 
 from builder import __version__
 from builder.ship.bases import resolve
@@ -26,6 +27,7 @@ from builder.ship.checks import CheckResult, run_checks
 from builder.ship.engine import BuildRequest, Engine
 from builder.errors import ImgbuildError, RegistryError, SourceError, SpecError, ValidationFailed
 from builder.ship.hostconf import HostConf
+from builder.ship.progress import Progress, env_progress
 from builder.ship.manifest import build_manifest, fetch_manifest, push_manifest, verdict
 from builder.plan.layout import layer_repo, pending_tag
 from builder.plan.keys import KEY_LEN, Node, Plan, file_refs, image_ref, make_plan, sha256
@@ -137,8 +139,12 @@ def node_root(plan: Plan, node: Node) -> Node:
 
 class Builder:
     def __init__(self, spec: Spec, engine: Engine, registry: Registry, hostconf: HostConf, say: Say,
-                 gpu: bool | None = None):
+                 gpu: bool | None = None, progress: Progress | None = None):
+        """progress: the shown log (builder.ship.progress) that `say` prints through; plain lines of `say`
+        when not given."""
         self.spec, self.engine, self.registry, self.hostconf, self.say = spec, engine, registry, hostconf, say
+        self.progress = progress or Progress(say)
+        self.twins: set[str] = set()     # layer names that two nodes of the plan bear (other parents)
         self.gpu = engine.has_gpu() if gpu is None else gpu
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
         # Names this run's staged images: CI jobs in containers on many hosts share pids and seconds.
@@ -182,6 +188,7 @@ class Builder:
         checks; nothing is released. jobs: how many independent nodes are built at once on the engine."""
         report = BuildReport(run_dir=str(self.run_dir))
         keys = list(plan.nodes)
+        self.twins = {name for name, n in Counter(node.name for node in plan.nodes.values()).items() if n > 1}
         if only is not None:
             keys = [self.node_key(plan, only)]
         order = {key: i for i, key in enumerate(keys, 1)}
@@ -196,7 +203,7 @@ class Builder:
                  + f"  (run {self.run_id}, logs in {self.run_dir})")
         failed: set[str] = set()
         handoffs = {key: Handoff() for key in keys}
-        with self.hostconf.secrets() as secrets:
+        with self.hostconf.secrets() as secrets, self.progress:
             def one(key: str, built: Callable[[], None]) -> NodeResult:
                 prefix = f"[{order[key]}/{len(keys)}] {plan.nodes[key].name} {key[:12]}"
                 return self.do_node(plan, plan.nodes[key], actions[key], digests, handoffs, secrets, prefix, built)
@@ -285,7 +292,8 @@ class Builder:
             if action == "revalidate":
                 self.say(f"{prefix}: in the registry, not validated for these checks ({why}): pulling to validate")
                 ref = f"{self.spec.site.registry}/{self.repo(node)}@{digest}"
-                self.engine.pull(ref)
+                with self.progress.task(self.label(node), "pulling"):
+                    self.engine.pull(ref)
                 results, facts = self.validate(node, ref, prefix)
                 res.checks = [asdict(r) for r in results]
                 self.record(node, facts, results, digest, labels={})
@@ -385,6 +393,10 @@ class Builder:
         digest = up.result.digest if up is not None and up.result is not None else digests[node.parent]
         return f"{self.spec.site.registry}/{self.repo(plan.nodes[node.parent])}@{digest}"
 
+    def label(self, node: Node) -> str:
+        """How the shown log names a node at work: its layer, with its key where two nodes bear that name."""
+        return f"{node.name}@{node.short[:8]}" if node.name in self.twins else node.name
+
     def log_path(self, node: Node) -> Path:
         return self.run_dir / "logs" / f"{node.name}-{node.short[:12]}.log"
 
@@ -404,7 +416,8 @@ class Builder:
                                           if label else "") + f" (log {log})")
         started = time.time()
         try:
-            self.engine.build(req, log, progress=lambda line: self.say(f"    {line}"))
+            with self.progress.task(self.label(node), "starting the build") as lines:
+                self.engine.build(req, log, progress=lines)
         finally:
             shutil.rmtree(context, ignore_errors=True)
         self.say(f"{prefix}: built in {time.time() - started:.0f} s; validating")
@@ -424,7 +437,8 @@ class Builder:
         repo = self.repo(node)
         staging = f"{self.spec.site.registry}/{repo}:{pending_tag(node.short, self.stage_id)}"
         self.engine.tag(local, staging)
-        self.engine.push(staging, on_retry=self.say)
+        with self.progress.task(self.label(node), "pushing"):
+            self.engine.push(staging, on_retry=self.say)
         self.engine.remove(staging)
         digest = self.registry.manifest_digest(repo, pending_tag(node.short, self.stage_id))
         if not digest:
@@ -459,7 +473,8 @@ class Builder:
         return None
 
     def validate(self, node: Node, image: str, prefix: str) -> tuple[list[CheckResult], dict]:
-        results, facts = run_checks(self.engine, image, node.checks, self.gpu)
+        with self.progress.task(self.label(node), "running checks"):
+            results, facts = run_checks(self.engine, image, node.checks, self.gpu)
         counts = {s: sum(1 for r in results if r.status == s) for s in ("passed", "failed", "skipped")}
         self.say(f"{prefix}: checks: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
         for r in results:
@@ -485,7 +500,12 @@ class Builder:
         return manifest
 
 def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, date: str | None = None,
-          gpu: bool | None = None, node: str | None = None, jobs: int = 1) -> BuildReport:
+          gpu: bool | None = None, node: str | None = None, jobs: int = 1, progress: str = "auto",
+          out: TextIO | None = None) -> BuildReport:
+    """progress: auto | plain | tty, how the run is shown (builder.ship.progress) on `out`, the stream
+    that `say` writes to (stdout if not given)."""
+    view = env_progress(progress, say, out)
+    say = view.say
     if node is not None:
         # A node job: the stacks are those that hold the node (the key is found among every selected
         # stack's, bases not resolvable here leave theirs provisional and unmatched).
@@ -498,7 +518,7 @@ def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, da
     registry.ping()
     registry.retries = True   # from here a registry that restarts is waited for (registry.BACKOFF)
     plan = make_plan(spec, stacks, resolve(spec, stacks).require())
-    builder = Builder(spec, engine, registry, HostConf.from_env(), say, gpu=gpu)
+    builder = Builder(spec, engine, registry, HostConf.from_env(), say, gpu=gpu, progress=view)
     host = engine.env.get("DOCKER_HOST")   # which daemon, when it is not the default one
     say(f"engine: {engine.cli}{f' at {host}' if host else ''} ({'buildx' if engine.mode == 'buildx' else 'built-in BuildKit'}); registry "
         f"{spec.site.registry}; GPU for checks: {'yes' if builder.gpu else 'no (GPU checks are skipped)'}")
