@@ -491,7 +491,7 @@ def test_an_answer_that_never_ends_is_cut_by_the_deadline(reg, what):
 def test_retries_stop_within_the_budget(monkeypatch):
     """A registry that answers 503 forever: build and release retry, then stop within the budget of all
     tries, however many waits are left (here a 3 s budget and forty 0.2 s waits; by default 60 s and the
-    waits of BACKOFF, 43.5 s in all, which the README states)."""
+    waits of BACKOFF, 43.5 s in all, which docs/many-builders.md states)."""
     import builder.ship.registry as registry
     monkeypatch.setattr(registry, "BACKOFF", (0.2,) * 40)
     monkeypatch.setattr(registry, "RETRY_BUDGET", 3.0)
@@ -512,7 +512,7 @@ def test_retries_stop_within_the_budget(monkeypatch):
 
 
 def test_an_unanswered_registry_fails_plan_diff_and_release_within_the_readme_s_times(tmp_path):
-    """The README: without an answer, plan, diff and release stop after one request's deadline (10 s),
+    """docs/many-builders.md: without an answer, plan, diff and release stop after one request's deadline (10 s),
     saying so; a second base on the same registry is not asked again."""
     silent = Silent()
     data = yaml.safe_load((REPO / "stacks.yaml").read_text())
