@@ -32,10 +32,13 @@ class ImgbuildError(Exception):
 # first class whose pattern its reason matches (the refusals of builder.load.params are ParamErrors turned
 # into SpecErrors, so their reasons are what is classified); IB299 is every other refusal.
 SPEC_RULES: tuple = (
+    # First, and anchored: a reason that starts so is this class whatever value it quotes after (IB203's
+    # "needs an" and IB207's "credential" would otherwise match first).
+    ("IB211", "a version range (or wildcard) where an exact version is needed", r"^needs an exact version\b"),
     ("IB201", "unknown key or parameter", r"^unknown (?:key|parameter)\b|^an unknown key of"),
     ("IB207", "credentials in stacks.yaml", r"credential|netrc"),
     ("IB206", "bad git URL or pin", r"is not a git URL|40-hex commit|git requirement"),
-    ("IB205", "unpinned or invalid requirement", r"is not pinned|wildcard is a range|not a valid requirement"),
+    ("IB205", "unpinned or invalid requirement", r"is not pinned|not a valid requirement"),
     ("IB203", "missing required key or parameter", r"^missing\b|needs? (?:a|an|one or more) |is required"),
     ("IB204", "unknown reference", r"^unknown (?:base|layer|project|runtime|stack|GPU|tag field)|^no stack named"
                                    r"|^unknown layer kind|names no parameter"),

@@ -54,10 +54,10 @@ CASES = [
          "layers.ds.params.apt[0]", "is not a Debian package name"),
     # -- pip requirements: exact pins; a wildcard is a range --------------------------------------------
     Case("pip-wildcard", DS, 'params: {version: "0.19.5", ops: [fused_adam], packages: ["numpy==2.*"]}  # <==',
-         "layers.ds.params.packages[0]", "a wildcard is a range, pin an exact version"),
+         "layers.ds.params.packages[0]", "needs an exact version (numpy==X.Y.Z), got the range 'numpy==2.*'"),
     Case("pip-wildcard-minor", DS,
          'params: {version: "0.19.5", ops: [fused_adam], packages: ["protobuf==3.20.*"]}  # <==',
-         "layers.ds.params.packages[0]", "a wildcard is a range, pin an exact version"),
+         "layers.ds.params.packages[0]", "needs an exact version (protobuf==X.Y.Z), got the range 'protobuf==3.20.*'"),
     Case("pip-option", DS,
          'params: {version: "0.19.5", ops: [fused_adam], packages: ["--index-url=http://evil/"]}  # <==',
          "layers.ds.params.packages[0]", "is not a valid requirement"),

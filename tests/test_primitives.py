@@ -86,8 +86,9 @@ def test_pip_step_renders_flags_index_build_env_and_git_pins(write):
     (f"x @ git+http://example.com/x.git@{SHA}", "is not a git URL"),
     (f"x @ git+https://user:pw@example.com/x.git@{SHA}", "credentials"),
     (f"x @ git+https://example.com/x.git@{SHA}#subdirectory=../../etc", "climb out"),
-    ("protobuf==3.20.*", "a wildcard is a range"),
-    ("protobuf>=3.20", "is not pinned"),
+    ("protobuf==3.20.*", "needs an exact version (protobuf==X.Y.Z), got the range 'protobuf==3.20.*'"),
+    ("protobuf>=3.20", "needs an exact version (protobuf==X.Y.Z), got the range 'protobuf>=3.20'"),
+    ("protobuf", "'protobuf' is not pinned"),
 ])
 def test_unpinned_or_unsafe_requirements_are_refused(write, req, needle):
     path = stack_with(write, tools={"kind": "pip", "params": {"packages": [req]}})

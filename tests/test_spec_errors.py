@@ -180,7 +180,8 @@ CASES = [
          "bases.deb.provides.python", "'three' is not a valid version (PEP 440)"),
     Case("unpinned-requirement", 'params: {version: "0.19.5", ops: [fused_adam]}',
          'params: {version: "0.19.5", ops: [fused_adam], packages: ["numpy>=1"]}  # <==',
-         "layers.ds.params.packages[0]", "'numpy>=1' is not pinned; write NAME==VERSION"),
+         "layers.ds.params.packages[0]", "needs an exact version (numpy==X.Y.Z), got the range 'numpy>=1'",
+         "write NAME==VERSION"),
     Case("unparsable-requirement", 'params: {version: "0.19.5", ops: [fused_adam]}',
          'params: {version: "0.19.5", ops: [fused_adam], packages: ["numpy==1.26.4 && rm -rf /"]}  # <==',
          "layers.ds.params.packages[0]", "is not a valid requirement"),
@@ -408,3 +409,62 @@ def test_installed_entry_point_as_subprocess(tmp_path):
     assert proc.stdout == "" and "Traceback" not in proc.stderr
     assert (f"spec error[IB206]: {file}:{marked_line(text)}: projects.proj.params.source.commit: 'main' is not a "
             "full 40-hex commit sha") in proc.stderr
+
+
+# -- helpers of the issue 20 tests ------------------------------------------------------------------
+
+def edit(text: str, *changes: tuple) -> str:
+    for old, new in changes:
+        assert text.count(old) == 1, f"snippet must occur once: {old!r}"
+        text = text.replace(old, new)
+    return text
+
+
+def refusal_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("spec error[")]
+
+
+# -- a range where an exact version is needed: one rule, IB211 (issue 20) ---------------------------
+
+@pytest.mark.parametrize("old, new, key, reason", [
+    ('version: "0.19.5"', 'version: "~=0.19"', "layers.ds.params.version", "needs an exact version (X.Y.Z), got the range '~=0.19'"),
+    ('version: "0.19.5"', 'version: "0.19.*"', "layers.ds.params.version", "needs an exact version (X.Y.Z), got the range '0.19.*'"),
+    ('version: "0.19.5"', 'version: "<1"', "layers.ds.params.version", "needs an exact version (X.Y.Z), got the range '<1'"),
+    ('version: "0.19.5"', 'version: ">=0.19,<0.20"', "layers.ds.params.version",
+     "needs an exact version (X.Y.Z), got the range '>=0.19,<0.20'"),
+    ('version: "0.19.5"', 'version: "==0.19.5"', "layers.ds.params.version",
+     "needs an exact version written alone (0.19.5), got the requirement '==0.19.5'"),
+    ('provides: {python: "3.11.2"}', 'provides: {python: ">=3.11"}', "bases.deb.provides.python",
+     "needs an exact version (X.Y.Z), got the range '>=3.11'"),
+    ("ops: [fused_adam]}", 'ops: [fused_adam], packages: ["numpy~=2.1"]}', "layers.ds.params.packages[0]",
+     "needs an exact version (numpy==X.Y.Z), got the range 'numpy~=2.1'"),
+    ("ops: [fused_adam]}", 'ops: [fused_adam], packages: ["numpy==2.*"]}', "layers.ds.params.packages[0]",
+     "needs an exact version (numpy==X.Y.Z), got the range 'numpy==2.*'"),
+    ("params: {apt: [libaio-dev]}", 'params: {apt: ["libaio-dev>=0.3"]}', "layers.site.params.apt[0]",
+     "needs an exact version (libaio-dev=VERSION), got the range 'libaio-dev>=0.3'"),
+    ("  namespace: imgbuild\n", '  namespace: imgbuild\n  driver_floor: ">=580"\n', "site.driver_floor",
+     "needs an exact version (an NVIDIA driver version, e.g. 580.65.06), got the range '>=580'"),
+    ("    gpus: [H100]\n", '    gpus: [H100]\n    driver_floor: "580.*"\n', "stacks.s1.driver_floor",
+     "needs an exact version (an NVIDIA driver version, e.g. 580.65.06), got the range '580.*'"),
+])
+def test_a_range_where_an_exact_version_is_needed_is_one_rule(write, old, new, key, reason):
+    """Wherever one version is needed (a version parameter, a base's provides, a pip pin, an apt pin, a driver
+    floor), a range or wildcard is said to be one, under one rule id (IB211), with a hint."""
+    text = edit(VALID, (old, new))
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln not in VALID.splitlines())
+    file = write(text)
+    res = run_cli("check", "-f", file)
+    assert res.code == 2 and refusal_lines(res.err) == [f"spec error[IB211]: {file}:{line}: {key}: {reason}"], res.err
+    assert "\n  hint: " in res.err
+
+
+def test_a_range_as_a_kind_s_default_version_is_the_same_rule(tmp_path):
+    root = copy_kinds(tmp_path / "site")
+    kind = root / "layers" / "pinned"
+    kind.mkdir()
+    (kind / "kind.yaml").write_text('description: x\nrole: layer\nparams:\n  version: {type: version, default: ">=1"}\n')
+    (kind / "fragment.j2").write_text("RUN true\n")
+    res = run_cli("check", "-f", write_stacks(root, VALID))
+    assert res.code == 2 and (f"spec error[IB211]: {kind / 'kind.yaml'}:4: params.version.default: needs an exact "
+                              "version (X.Y.Z), got the range '>=1'") in res.err, res.err
+

@@ -387,7 +387,8 @@ def test_param_refusals_are_classified(tmp_path):
     turned into SpecError in spec.py) get the id of their class: unpinned requirement, bad git URL,
     credentials."""
     from builder.errors import SpecError
-    cases = [({"packages": ["numpy>=1"]}, "IB205"), ({"packages": ["numpy==2.*"]}, "IB205")]
+    cases = [({"packages": ["numpy"]}, "IB205"), ({"packages": ["numpy>=1"]}, "IB211"),
+             ({"packages": ["numpy==2.*"]}, "IB211")]
     for i, (params, rule) in enumerate(cases):
         layers = {"ds": {"kind": "deepspeed", "params": {"version": "0.19.5", "ops": [], **params}}}
         file = write_spec(tmp_path, {"s": {"base": "ngc-decl", "layers": ["site", "ds"]}}, {"layers": layers},

@@ -69,6 +69,13 @@ MODES = ("0400", "0444", "0555", "0600", "0644", "0700", "0750", "0755")
 OPTION = re.compile(r"^(?:-D[A-Za-z_][A-Za-z0-9_]*(?::[A-Z]+)?=|--(?:with|without|enable|disable)-[a-z0-9][a-z0-9_-]*"
                     r"(?:=|\Z))[A-Za-z0-9_.,:;/+=@%-]*\Z")
 DIST = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\Z")   # a distribution name (PEP 508)
+# A version constraint written where one version is needed: a comparison (>=0.19, ~=2.6, <1, !=1, ==0.19.5,
+# Poetry's ^1.2), a wildcard (0.19.*, 2.x) or several (>=1,<2). Each is refused as rule IB211 (reasons that
+# start "needs an exact version"), wherever it is written.
+VERSION_RANGE = re.compile(r"^\s*[<>!~^=]|[*,]|\.[xX](?:\.|\Z)")
+# A Debian package name followed by a comparison, or by =VERSION with a wildcard: apt-get installs one version.
+APT_RANGE = re.compile(r"^([a-z0-9][a-z0-9+.-]+)(?::[a-z0-9-]+)?\s*(?:[<>!~(]|==|=[^=]*\*)")
+EXACT_HINT = "one version, e.g. 0.19.5: an image changes only when stacks.yaml does, a range would let it float"
 # The folder that `file` parameters are relative to: the stacks file's, set by load_spec while loading.
 FILES_ROOT: ContextVar[Path | None] = ContextVar("FILES_ROOT", default=None)
 
@@ -204,7 +211,28 @@ def version(value: Any) -> Version:
     try:
         return Version(raw)
     except InvalidVersion:
-        raise ParamError(f"{raw!r} is not a valid version (PEP 440)") from None
+        pass
+    pinned = re.fullmatch(r"\s*===?\s*([^\s*,]+)\s*", raw)
+    if pinned and _is_version(pinned.group(1)):   # an exact pin in requirement form: the version alone is wanted
+        raise ParamError(f"needs an exact version written alone ({pinned.group(1)}), got the requirement {raw!r}",
+                         hint=EXACT_HINT)
+    if VERSION_RANGE.search(raw):
+        raise ParamError(not_exact(raw, "X.Y.Z"), hint=EXACT_HINT)
+    raise ParamError(f"{raw!r} is not a valid version (PEP 440)")
+
+
+def _is_version(raw: str) -> bool:
+    try:
+        Version(raw)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def not_exact(raw: str, form: str) -> str:
+    """The reason for a version constraint given where one exact version is needed (rule IB211); form is
+    how that version is written there (X.Y.Z, NAME==X.Y.Z, ...)."""
+    return f"needs an exact version ({form}), got the range {raw!r}"
 
 
 def _str(spec: ParamSpec, value: Any) -> str:
@@ -322,6 +350,10 @@ def _apt(spec: ParamSpec, value: Any) -> tuple:
     """Debian package names, each with an optional =VERSION: never an apt-get option."""
     out = _list(spec, value)
     for i, item in enumerate(out):
+        ranged = APT_RANGE.match(item)
+        if ranged:
+            raise ParamError(not_exact(item, f"{ranged.group(1)}=VERSION"), (i,),
+                             hint="apt-get installs one given version; the name alone takes the one the mirror has")
         if not DEB_PACKAGE.match(item):
             raise ParamError(f"{item!r} is not a Debian package name (NAME or NAME=VERSION: lower case letters, "
                              "digits and + . -, starting with a letter or digit)", (i,))
@@ -342,14 +374,15 @@ def _requirements(spec: ParamSpec, value: Any) -> tuple:
             raise ParamError(exc.reason, (i,)) from None
         except InvalidRequirement as exc:
             raise ParamError(f"{item!r} is not a valid requirement: {exc}", (i,)) from None
+        specs = list(req.specifier)
         if req.url:
             _git_requirement(raw, req.url, i)
-        elif len(req.specifier) != 1 or next(iter(req.specifier)).operator != "==":
+        elif not specs or [s.operator for s in specs] == ["==="]:
             raise ParamError(f"{raw!r} is not pinned; write NAME==VERSION or NAME @ git+URL@COMMIT", (i,))
-        elif next(iter(req.specifier)).version.endswith(".*"):
-            # Refused everywhere (check, render, plan, build): one behaviour, decided at load.
-            raise ParamError(f"{raw!r}: a wildcard is a range, pin an exact version", (i,),
-                             hint="write NAME==VERSION, e.g. numpy==2.1.3")
+        elif len(specs) > 1 or specs[0].operator != "==" or specs[0].version.endswith(".*"):
+            # A wildcard (==2.*) is a range too. Refused everywhere (check, render, plan, build): one
+            # behaviour, decided at load.
+            raise ParamError(not_exact(raw, f"{req.name}==X.Y.Z"), (i,), hint="write NAME==VERSION, e.g. numpy==2.1.3")
         if CONTROL.search(str(req)):  # packaging unescapes marker strings: '\\b' becomes a backspace
             raise ParamError(f"{raw!r}: control characters (newline, tab, ...) are not allowed", (i,))
         name = req.name.lower().replace("_", "-").replace(".", "-")

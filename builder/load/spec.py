@@ -20,7 +20,7 @@ from builder.load import ciconf, versions
 from builder.load.ciconf import CiSettings
 from builder.errors import SpecError
 from builder.load.kinds import Kind, load_kinds
-from builder.load.params import ParamError, files_root, text, type_name, version
+from builder.load.params import VERSION_RANGE, ParamError, files_root, not_exact, text, type_name, version
 from builder.load.yamlsrc import Doc, load_file
 from builder.redact import redact
 
@@ -268,6 +268,9 @@ class _Loader:
             return None
         value = self.string(path, value)
         if not DRIVER.match(value):
+            if VERSION_RANGE.search(value):
+                raise self.err(path, not_exact(value, "an NVIDIA driver version, e.g. 580.65.06"),
+                               hint="the floor is the oldest driver allowed: write that driver's version")
             raise self.err(path, f"{value!r} is not an NVIDIA driver version (e.g. 580.65.06)")
         return value
 
@@ -293,7 +296,7 @@ class _Loader:
             try:
                 provides[key] = text(value) if key == "os" else version(value)
             except ParamError as exc:
-                raise self.err(path + ("provides", key), exc.reason) from None
+                raise self.err(path + ("provides", key), exc.reason, exc.hint) from None
         self.free_text(path + ("description",), raw.get("description"))
         return Base(name=name, image=image, digest=digest, family=family,
                     provides=tuple(sorted(provides.items())),
