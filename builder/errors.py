@@ -85,6 +85,33 @@ class SpecError(ImgbuildError):
                 "reason": redact(self.reason), "hint": redact(self.hint) if self.hint else None}
 
 
+class SpecErrors(SpecError):
+    """Several independent refusals of one stacks file, raised together (issue 20): the loader reads on past
+    a refusal wherever what follows does not depend on it, so one run names every mistake. Its own fields
+    (file, line, key, reason, hint, rule) are the first refusal's, for whatever reads one SpecError; `errors`
+    holds each refusal (a SpecError), the first LIMIT of those given, and `total` counts them all: a file
+    broken everywhere still gives a report that fits a screen. render() prints each as a SpecError prints,
+    then how many there are; `--json` lists `errors` (builder.cli.refusal)."""
+
+    LIMIT = 20
+
+    def __init__(self, refusals: list):
+        first = refusals[0]
+        super().__init__(first.reason, file=first.file, line=first.line, key=first.key, hint=first.hint,
+                         rule=first.rule)
+        self.errors = tuple(refusals[:self.LIMIT])
+        self.total = len(refusals)
+        self.where = f" in {first.file}" if all(e.file == first.file for e in refusals) else ""
+
+    def render(self) -> str:
+        lines = [e.render() for e in self.errors]
+        more = self.total - len(self.errors)
+        if more:
+            lines.append(f"... and {more} more")
+        lines.append(f"{self.total} spec errors{self.where}" + (f" (the first {len(self.errors)} shown)" if more else ""))
+        return redact("\n".join(lines))
+
+
 class RenderError(ImgbuildError):
     """A value cannot be written into a Dockerfile safely, or a template is broken."""
 

@@ -468,3 +468,97 @@ def test_a_range_as_a_kind_s_default_version_is_the_same_rule(tmp_path):
     assert res.code == 2 and (f"spec error[IB211]: {kind / 'kind.yaml'}:4: params.version.default: needs an exact "
                               "version (X.Y.Z), got the range '>=1'") in res.err, res.err
 
+
+# -- every independent mistake of a file in one run (issue 20) --------------------------------------
+
+# Five mistakes, each in a place of its own; the line of each carries '# <==' (in this order in the file).
+FIVE = [  # (old, new, key, reason, rule)
+    ("params: {apt: [libaio-dev]}", "params: {apts: [libaio-dev]}  # <==",
+     "layers.site.params.apts", "unknown parameter 'apts' for kind 'ngc-pytorch'", "IB201"),
+    ('params: {version: "0.19.5", ops: [fused_adam]}', 'params: {version: ">=0.19", ops: [fused_adam]}  # <==',
+     "layers.ds.params.version", "needs an exact version (X.Y.Z), got the range '>=0.19'", "IB211"),
+    ('env: {A: "1"}', 'env: "A=1"  # <==',
+     "runtimes.env.params.env", "expected a mapping of variable names, got a string", "IB202"),
+    ("    gpus: [H100]\n", "    gpus: [h100]  # <==\n",
+     "stacks.s1.gpus[0]", "unknown GPU 'h100' (did you mean 'H100'?)", "IB204"),
+    ("    extends: s1\n", "    extends: s1\n    colour: blue  # <==\n",
+     "stacks.s2.colour", "unknown key 'colour'", "IB201"),
+]
+
+
+def test_every_independent_mistake_is_reported_in_one_run(write):
+    """Five mistakes took five runs to find, one refusal each: one run names them all, each as a single
+    refusal is named, then how many there are; --json lists them all."""
+    text = edit(VALID, *[(old, new) for old, new, *_ in FIVE])
+    lines = [i + 1 for i, line in enumerate(text.splitlines()) if "# <==" in line]
+    file = write(text)
+    expected = [(line, key, reason, rule) for line, (_, _, key, reason, rule) in zip(lines, FIVE)]
+    res = run_cli("check", "-f", file)
+    assert res.code == 2 and res.out == "" and "Traceback" not in res.err, res.output
+    assert refusal_lines(res.err) == [f"spec error[{rule}]: {file}:{line}: {key}: {reason}"
+                                      for line, key, reason, rule in expected], res.err
+    assert "  hint: allowed: apt, keep_ngc_constraints\n" in res.err   # each with its hint
+    assert res.err.endswith(f"\n5 spec errors in {file}\n"), res.err
+    res = run_cli("check", "-f", file, "--json")
+    assert res.code == 2, res.output
+    body = json.loads(res.out)
+    assert body["ok"] is False and body["error"] == body["errors"][0], body
+    assert [(e["file"], e["line"], e["key"], e["reason"], e["rule"]) for e in body["errors"]] == \
+        [(str(file), *each) for each in expected], body
+
+
+def test_refusals_past_the_limit_are_counted(write):
+    from builder.errors import SpecErrors
+    many = "".join(f"  x{i:02d}:\n    extends: s1\n    gpus: [G{i:02d}]\n" for i in range(SpecErrors.LIMIT + 5))
+    file = write(VALID + many)
+    res = run_cli("check", "-f", file)
+    assert res.code == 2, res.output
+    shown = refusal_lines(res.err)
+    assert len(shown) == SpecErrors.LIMIT, res.err
+    assert ": stacks.x00.gpus[0]: unknown GPU 'G00'" in shown[0] and ": stacks.x19.gpus[0]: unknown GPU 'G19'" in shown[-1]
+    assert res.err.endswith(f"\n... and 5 more\n{SpecErrors.LIMIT + 5} spec errors in {file} "
+                            f"(the first {SpecErrors.LIMIT} shown)\n"), res.err
+    body = json.loads(run_cli("check", "-f", file, "--json").out)
+    assert len(body["errors"]) == SpecErrors.LIMIT and body["errors"][-1]["key"] == "stacks.x19.gpus[0]"
+
+
+S1 = "  s1:\n    base: ngc\n    layers: [site, ds]\n    project: proj\n    runtime: env\n    gpus: [H100]\n"
+S2 = "  s2:\n    extends: s1\n    runtime: env\n"
+
+
+@pytest.mark.parametrize("text, key, reason", [
+    # A refused layer: the stacks naming it (s1, and s2 through extends) do not call it unknown.
+    (edit(VALID, ("    kind: deepspeed\n", "    kind: deepsped\n")), "layers.ds.kind", "unknown layer kind 'deepsped'"),
+    (edit(VALID, ("    kind: runtime-env\n", "    kind: runtime-env\n    colour: blue\n")),
+     "runtimes.env.colour", "unknown key 'colour'"),
+    # A refused base: the stacks on it do not call it unknown.
+    (edit(VALID, ("    family: ngc-pytorch\n", "    family: ngc\n")), "bases.ngc.family", "'ngc' is not a base family"),
+    # A stack with a refusal of its own: the stack extending it does not repeat it, whichever comes first.
+    (edit(VALID, ("    gpus: [H100]\n", "    gpus: [h100]\n")), "stacks.s1.gpus[0]", "unknown GPU 'h100'"),
+    (edit(VALID, (S1 + S2, S2 + S1.replace("[H100]", "[h100]"))), "stacks.s1.gpus[0]", "unknown GPU 'h100'"),
+    (edit(VALID, (S1 + S2, S2 + S1.replace("    gpus: [H100]\n", ""))), "stacks.s1.gpus",
+     "layer 'ds' compiles CUDA code but the stack names no target GPU"),
+    (edit(VALID, (S1 + S2, S2 + S1 + "    colour: blue\n")), "stacks.s1.colour", "unknown key 'colour'"),
+    # A misspelt required parameter is not also missing; a misspelt section is not also missing.
+    (edit(VALID, ('{version: "0.19.5", ops', '{verison: "0.19.5", ops')), "layers.ds.params.verison",
+     "unknown parameter 'verison' for kind 'deepspeed'"),
+    (edit(VALID, ("\nstacks:\n", "\nstack:\n")), "stack", "unknown key 'stack'"),
+    (edit(VALID, ("\nlayers:\n", "\nlayer:\n")), "layer", "unknown key 'layer'"),
+    # A stack whose name is refused: an `extends` of the name it was meant to have is not called unknown.
+    (edit(VALID, ("  s1:\n", "  S1:\n")), "stacks.S1", "'S1' is not a valid name"),
+])
+def test_a_refusal_is_not_repeated_by_what_depends_on_it(write, text, key, reason):
+    file = write(text)
+    res = run_cli("check", "-f", file)
+    assert res.code == 2 and len(refusal_lines(res.err)) == 1, res.err
+    assert f": {key}: {reason}" in res.err and "spec errors in" not in res.err, res.err
+
+
+def test_a_refused_site_leaves_the_stacks_checked(write):
+    """Only the chain check of a stack reads the site (its registry ties lock file entries to bases): the
+    rest of each stack is still checked."""
+    file = write(edit(VALID, ("  namespace: imgbuild\n", "  namespace: Imgbuild\n"), ("    gpus: [H100]\n", "    gpus: [h100]\n")))
+    res = run_cli("check", "-f", file)
+    assert [line.split(": ", 2)[2] for line in refusal_lines(res.err)] == [
+        "site.namespace: 'Imgbuild' is not a valid repository path",
+        "stacks.s1.gpus[0]: unknown GPU 'h100' (did you mean 'H100'?)"], res.err

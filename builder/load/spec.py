@@ -11,14 +11,14 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from packaging.version import InvalidVersion, Version
 
 from builder.rules import catalog
 from builder.load import ciconf, versions
 from builder.load.ciconf import CiSettings
-from builder.errors import SpecError
+from builder.errors import SpecError, SpecErrors
 from builder.load.kinds import Kind, load_kinds
 from builder.load.params import VERSION_RANGE, ParamError, files_root, not_exact, text, type_name, version
 from builder.load.yamlsrc import Doc, load_file
@@ -201,9 +201,32 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+class Skipped(Exception):
+    """A part of stacks.yaml left unchecked because something it depends on was refused (and reported):
+    checking it would only report that refusal again in other words (a stack naming a refused layer would
+    call the layer unknown)."""
+
+
 class _Loader:
     def __init__(self, doc: Doc, kinds: dict[str, Kind]):
         self.doc, self.kinds = doc, kinds
+        self.refused: list[SpecError] = []   # every refusal found, in the order found
+        # Sections (site, bases, layers, projects, runtimes, stacks) refused whole or holding a refused entry:
+        # a reference into one that finds nothing may mean the refused entry, so it is not reported.
+        self.incomplete: set[str] = set()
+        self.resolved: dict = {}             # stack name -> merged with the stacks it extends (stack_raw)
+        self.unread: set = set()             # stacks whose extends chain could not be read (stack_raw)
+
+    def attempt(self, fn: Callable, *args: Any) -> tuple[bool, Any]:
+        """fn(*args) with a refusal recorded instead of raised, so that the parts after it are still
+        checked: (True, its value), or (False, None) where it was refused or skipped."""
+        try:
+            return True, fn(*args)
+        except Skipped:
+            return False, None
+        except SpecError as exc:
+            self.refused.append(exc)
+            return False, None
 
     def err(self, path: tuple, reason: str, hint: str | None = None) -> SpecError:
         return self.doc.error(path, reason, hint)
@@ -243,6 +266,93 @@ class _Loader:
         if key not in mapping or mapping[key] is None:
             raise self.err(path, f"missing required key {key!r}")
         return mapping[key]
+
+    # -- the file -------------------------------------------------------------------------------
+    # Each entry of each section is checked on its own and its refusals recorded (self.refused), so that
+    # one run reports every independent mistake. What depends on a refused entry is not checked: a
+    # reference to it, a stack extending a stack with refusals of its own, the chain of a stack with a
+    # part unread.
+
+    def spec(self, file: Path, root: Path) -> Spec:
+        """Raises only for what leaves nothing else readable: no mapping at the top, another version."""
+        data = self.mapping((), self.doc.data, what="a mapping with bases, layers and stacks")
+        if not self.attempt(self.mapping, (), data, TOP_KEYS)[0]:
+            # An unknown key may be a section's name misspelt (`stack:`): every absent section is then taken
+            # as refused, so that none is reported missing, nor any reference into one unknown.
+            self.incomplete.update(TOP_KEYS - set(data))
+        if data.get("version", 1) != 1:
+            raise self.err(("version",), f"unsupported version {data.get('version')!r}", hint="allowed: 1")
+        read, site = self.attempt(self.site, data)
+        if not read:
+            self.incomplete.add("site")
+            site = Site()
+        from builder.plan.lockfile import load_lock   # here: lockfile reads Spec
+        lock = load_lock(file)
+        bases = self.bases(data, site, lock)
+        with files_root(file.resolve().parent):   # `file` parameters (patches, configs) live beside stacks.yaml
+            layers = self.layers(data)
+        stacks = self.stacks(data, bases, layers, site)
+        return Spec(file=str(file), root=root, site=site, bases=bases, layers=layers, stacks=stacks,
+                    kinds=self.kinds, doc=self.doc)
+
+    def section(self, data: dict, name: str, required: bool = False) -> dict:
+        """A section's entries: {} where it is absent (refused where required) or taken as refused."""
+        if name in self.incomplete:   # absent beside an unknown key at the top, which may be it misspelt
+            return {}
+        return self.mapping((name,), self.required((), data, name) if required else data.get(name) or {})
+
+    def bases(self, data: dict, site: Site, lock: Any) -> dict:
+        read, raw = self.attempt(self.section, data, "bases", True)
+        if not read:
+            self.incomplete.add("bases")
+        out = {}
+        for name, value in (raw or {}).items():
+            named = self.attempt(self.name, ("bases", name), name)[0]
+            read, base = self.attempt(self.base, name, value)
+            if named and read:
+                out[name] = replace(base, cuda=base_cuda(base, site, lock))
+            else:
+                self.incomplete.add("bases")
+        return out
+
+    def layers(self, data: dict) -> dict:
+        """Layers, projects and runtimes: one namespace."""
+        out: dict[str, LayerDef] = {}
+        for section in SECTIONS:
+            read, raw = self.attempt(self.section, data, section)
+            if not read:
+                self.incomplete.add(section)
+            for name, value in (raw or {}).items():
+                read, layer = self.attempt(self.layer, section, name, value, out)
+                if read:
+                    out[name] = layer
+                else:
+                    self.incomplete.add(section)
+        return out
+
+    def stacks(self, data: dict, bases: dict, layers: dict, site: Site) -> dict:
+        read, raw = self.attempt(self.section, data, "stacks", True)
+        if not read:
+            return {}
+        named = {name for name in raw if self.attempt(self.name, ("stacks", name), name)[0]}
+        if len(named) < len(raw):
+            self.incomplete.add("stacks")   # an `extends` naming no stack may mean the one whose name is refused
+        clean: dict[str, bool] = {}   # stack name -> checked with no refusal of its own
+        out = {}
+        for name in raw:
+            if name in clean or name in self.unread or not self.attempt(self.stack_raw, raw, name)[0]:
+                continue
+            for each in self.lineage(raw, name, clean):   # a stack after the stacks it extends
+                parent = raw[each].get("extends")
+                if parent is not None and not clean[parent]:
+                    clean[each] = False   # it inherits what was refused there: checked once that is fixed
+                    continue
+                before = len(self.refused)
+                read, stack = self.attempt(self.stack, each, self.stack_raw(raw, each), bases, layers, site)
+                clean[each] = len(self.refused) == before
+                if read and each in named:
+                    out[each] = stack
+        return {name: out[name] for name in raw if name in out}   # in the order of the file
 
     # -- sections -------------------------------------------------------------------------------
 
@@ -302,10 +412,17 @@ class _Loader:
                     provides=tuple(sorted(provides.items())),
                     source=self.free_text(path + ("source",), raw.get("source")))
 
-    def layer(self, section: str, name: str, raw: Any) -> LayerDef:
+    def layer(self, section: str, name: str, raw: Any, defined: dict) -> LayerDef:
+        """One entry of layers, projects or runtimes. Its name, its description and each parameter are
+        checked on their own (refusals recorded, then Skipped); its keys, its kind and its params mapping,
+        through which the rest is read, are refused at once."""
         path = (section, name)
+        read = self.attempt(self.name, path, name)[0]
+        if name in defined:   # one of the two is a mistake: this one is not read further
+            raise self.err(path, f"name {name!r} is already used under {defined[name].section!r}; "
+                           "layers, projects and runtimes share one namespace")
         raw = self.mapping(path, raw, LAYER_KEYS)
-        self.free_text(path + ("description",), raw.get("description"))
+        read &= self.attempt(self.free_text, path + ("description",), raw.get("description"))[0]
         kind_name = self.required(path, raw, "kind")
         if not isinstance(kind_name, str) or kind_name not in self.kinds:
             raise self.err(path + ("kind",), f"unknown layer kind {kind_name!r}",
@@ -317,48 +434,66 @@ class _Loader:
                            hint={"base": "layers", "layer": "layers", "project": "projects",
                                  "runtime": "runtimes"}[kind.role] + " is where it belongs")
         given = self.mapping(path + ("params",), raw.get("params", {}) or {})
+        unknown = [key for key in given if key not in kind.params]
+        for key in unknown:
+            self.refused.append(self.err(path + ("params", key), f"unknown parameter {key!r} for kind {kind_name!r}",
+                                         hint="allowed: " + ", ".join(sorted(kind.params))))
+        read &= not unknown
         params = {}
-        for key in given:
-            if key not in kind.params:
-                raise self.err(path + ("params", key), f"unknown parameter {key!r} for kind {kind_name!r}",
-                               hint="allowed: " + ", ".join(sorted(kind.params)))
         for pname, pspec in kind.params.items():
             if pname in given and given[pname] is not None:
-                try:
-                    params[pname] = pspec.convert(given[pname])
-                except ParamError as exc:
-                    raise self.err(path + ("params", pname) + exc.path, exc.reason, exc.hint) from None
+                converted, params[pname] = self.attempt(self.param, path + ("params", pname), pspec, given[pname])
+                read &= converted
             elif pspec.required:
-                raise self.err(path + ("params",), f"missing required parameter {pname!r} of kind {kind_name!r}"
-                               + (f" ({pspec.doc})" if pspec.doc else ""))
+                read = False
+                if not unknown:   # else an unknown one may be this one misspelt, and is all that is said
+                    self.refused.append(self.err(path + ("params",), f"missing required parameter {pname!r} of "
+                                                 f"kind {kind_name!r}" + (f" ({pspec.doc})" if pspec.doc else "")))
             else:
                 params[pname] = pspec.default
+        if not read:
+            raise Skipped
         return LayerDef(name=name, section=section, kind=kind, params=tuple(sorted(params.items())),
                         line=self.doc.line(path))
+
+    def param(self, path: tuple, pspec: Any, value: Any) -> Any:
+        try:
+            return pspec.convert(value)
+        except ParamError as exc:
+            raise self.err(path + exc.path, exc.reason, exc.hint) from None
 
     def stack_raw(self, stacks: dict, name: str) -> dict:
         """Merge a stack with the stacks it extends, refusing cycles with the whole loop named.
         Iterative, and each stack is merged once (memoised): a chain of any length costs linear time,
-        where recursion stopped at Python's limit (a RecursionError at about 1000 stacks)."""
-        resolved = self.__dict__.setdefault("_resolved", {})
+        where recursion stopped at Python's limit (a RecursionError at about 1000 stacks). A refusal here
+        is about the stack last walked to; it and every stack walked on the way there are unread."""
+        resolved = self.resolved
         chain: list[tuple[str, dict]] = []   # from `name` up to the first resolved (or root) stack
         on_chain: set = set()
         current: str | None = name
-        while current is not None and current not in resolved:
-            path = ("stacks", current)
-            raw = self.mapping(path, stacks[current], STACK_KEYS)
-            chain.append((current, raw))
-            on_chain.add(current)
-            parent = raw.get("extends")
-            if parent is None:
-                break
-            if not isinstance(parent, str) or parent not in stacks:
-                raise self.err(path + ("extends",), f"unknown stack {parent!r}",
-                               hint="stacks: " + ", ".join(sorted(stacks)))
-            if parent in on_chain:
-                loop = " -> ".join([n for n, _ in chain] + [parent])
-                raise self.err(path + ("extends",), f"stacks extend each other in a cycle: {loop}")
-            current = parent
+        try:
+            while current is not None and current not in resolved:
+                if current in self.unread:
+                    raise Skipped
+                path = ("stacks", current)
+                raw = self.mapping(path, stacks[current], STACK_KEYS)
+                chain.append((current, raw))
+                on_chain.add(current)
+                parent = raw.get("extends")
+                if parent is None:
+                    break
+                if not isinstance(parent, str) or parent not in stacks:
+                    if isinstance(parent, str) and "stacks" in self.incomplete:
+                        raise Skipped   # it may name the stack whose name is refused
+                    raise self.err(path + ("extends",), f"unknown stack {parent!r}",
+                                   hint="stacks: " + ", ".join(sorted(stacks)))
+                if parent in on_chain:
+                    loop = " -> ".join([n for n, _ in chain] + [parent])
+                    raise self.err(path + ("extends",), f"stacks extend each other in a cycle: {loop}")
+                current = parent
+        except (SpecError, Skipped):
+            self.unread.update(on_chain | {current})
+            raise
         merged = dict(resolved[current]) if current in resolved and current not in on_chain else {}
         for stack_name, raw in reversed(chain):
             merged.update({k: v for k, v in raw.items() if k not in ("extends", "waivers")})
@@ -369,66 +504,109 @@ class _Loader:
             resolved[stack_name] = dict(merged)
         return dict(resolved[name])
 
+    @staticmethod
+    def lineage(stacks: dict, name: str, checked: dict) -> list:
+        """name and the stacks it extends that are not checked yet, the one extended first (stack_raw has
+        read the chain: it ends, without a cycle)."""
+        chain = [name]
+        while (parent := stacks[chain[-1]].get("extends")) is not None and parent not in checked:
+            chain.append(parent)
+        return chain[::-1]
+
     def stack(self, name: str, raw: dict, bases: dict, layers: dict, site: Site) -> Stack:
+        """One stack, merged with those it extends. Its parts (base, layers, each GPU, each tag, ...) are
+        checked on their own; the chain as a whole (check_chain) only when base, layers and GPUs were read,
+        and the site, whose registry ties lock file measurements to bases. Refusals recorded, then Skipped."""
         path = ("stacks", name)
+        parts = (("base", lambda: self.ref(path + ("base",), self.required(path, raw, "base"), "bases", bases)),
+                 ("chain", lambda: self.chain(path, raw, layers)),
+                 ("gpus", lambda: self.gpus(path, raw)),
+                 ("tags", lambda: self.tags(path, name, raw)),
+                 ("description", lambda: self.free_text(path + ("description",), raw.get("description"))),
+                 ("driver_floor", lambda: self.driver(path + ("driver_floor",), raw.get("driver_floor"))),
+                 ("waivers", lambda: self.waivers(raw.get("waivers", []))))
+        got = {}   # part -> its value, for each part read
+        for key, fn in parts:
+            read, value = self.attempt(fn)
+            if read:
+                got[key] = value
+        if not {"base", "chain", "gpus"} <= set(got) or "site" in self.incomplete:
+            raise Skipped
+        stack = Stack(name=name, description=got.get("description", ""), base=got["base"], chain=tuple(got["chain"]),
+                      gpus=tuple(got["gpus"]), tags=tuple(got.get("tags", ())), line=self.doc.line(path),
+                      driver_floor=got.get("driver_floor") or site.driver_floor, waivers=got.get("waivers", ()))
+        self.check_chain(stack, path)
+        if len(got) < len(parts):
+            raise Skipped
+        return stack
 
-        def ref(key: str, value: Any, section: str, pool: dict) -> Any:
-            where = path + ((key,) if not isinstance(value, tuple) else value[0])
-            if isinstance(value, tuple):
-                value = value[1]
-            if not isinstance(value, str):
-                raise self.err(where, f"expected a name, got {type_name(value)}")
-            if value not in pool or (section != "bases" and pool[value].section != section):
-                names = sorted(n for n, d in pool.items() if section == "bases" or d.section == section)
-                raise self.err(where, f"unknown {section[:-1]} {value!r}", hint=f"{section}: " + ", ".join(names))
-            return pool[value]
+    def ref(self, where: tuple, value: Any, section: str, pool: dict) -> Any:
+        """What a stack names: a base (pool: bases) or a layer, project or runtime (pool: every LayerDef)."""
+        if not isinstance(value, str):
+            raise self.err(where, f"expected a name, got {type_name(value)}")
+        if value not in pool or (section != "bases" and pool[value].section != section):
+            if section in self.incomplete:
+                raise Skipped   # it may name the entry refused there
+            names = sorted(n for n, d in pool.items() if section == "bases" or d.section == section)
+            raise self.err(where, f"unknown {section[:-1]} {value!r}", hint=f"{section}: " + ", ".join(names))
+        return pool[value]
 
-        base = ref("base", self.required(path, raw, "base"), "bases", bases)
+    def chain(self, path: tuple, raw: dict, layers: dict) -> list:
         names = raw.get("layers", [])
         if not isinstance(names, list) or not names:
             raise self.err(path + ("layers",), "expected a non-empty list of layer names")
-        chain = [ref("layers", (("layers", i), n), "layers", layers) for i, n in enumerate(names)]
+        refs = [(path + ("layers", i), n, "layers") for i, n in enumerate(names)]
         # The runtime env sits beneath the project: projects move most often (a new pin every few
         # days), so a pin change rebuilds only the project layer.
-        if raw.get("runtime") is not None:
-            chain.append(ref("runtime", raw["runtime"], "runtimes", layers))
-        if raw.get("project") is not None:
-            chain.append(ref("project", raw["project"], "projects", layers))
-        gpus = []
+        for key, section in (("runtime", "runtimes"), ("project", "projects")):
+            if raw.get(key) is not None:
+                refs.append((path + (key,), raw[key], section))
+        found = [self.attempt(self.ref, where, value, section, layers) for where, value, section in refs]
+        if not all(read for read, _ in found):
+            raise Skipped
+        return [layer for _, layer in found]
+
+    def gpus(self, path: tuple, raw: dict) -> list:
         raw_gpus = raw.get("gpus", [])
         if not isinstance(raw_gpus, list):
             raise self.err(path + ("gpus",), f"expected a list of GPU names, got {type_name(raw_gpus)}")
-        for i, gname in enumerate(raw_gpus):
-            if not isinstance(gname, str) or gname not in catalog.gpus():
-                near = [g for g in catalog.gpus() if isinstance(gname, str) and g.lower() == gname.lower().replace(" ", "")]
-                raise self.err(path + ("gpus", i), f"unknown GPU {gname!r}" + (f" (did you mean {near[0]!r}?)" if near else ""),
-                               hint="catalog GPUs: " + ", ".join(catalog.gpus()))
-            gpus.append(catalog.gpus()[gname])
+        found = [self.attempt(self.gpu, path + ("gpus", i), gname) for i, gname in enumerate(raw_gpus)]
+        if not all(read for read, _ in found):
+            raise Skipped
+        return [gpu for _, gpu in found]
+
+    def gpu(self, where: tuple, gname: Any) -> Any:
+        if not isinstance(gname, str) or gname not in catalog.gpus():
+            near = [g for g in catalog.gpus() if isinstance(gname, str) and g.lower() == gname.lower().replace(" ", "")]
+            raise self.err(where, f"unknown GPU {gname!r}" + (f" (did you mean {near[0]!r}?)" if near else ""),
+                           hint="catalog GPUs: " + ", ".join(catalog.gpus()))
+        return catalog.gpus()[gname]
+
+    def tags(self, path: tuple, name: str, raw: dict) -> list:
         tags = raw.get("tags", list(DEFAULT_TAGS))
         if not isinstance(tags, list) or not tags:
             raise self.err(path + ("tags",), "expected a non-empty list of tag templates")
-        for i, tag in enumerate(tags):
-            tag = self.string(path + ("tags", i), tag)
-            tag_fields = versions.tag_fields(self.kinds.values())
-            for fieldname in re.findall(r"\{([^}]*)\}", tag):
-                if fieldname not in tag_fields:
-                    raise self.err(path + ("tags", i), f"unknown tag field {{{fieldname}}}",
-                                   hint="allowed: " + ", ".join("{%s}" % f for f in tag_fields))
-            if not re.fullmatch(r"[A-Za-z0-9_.{}-]+", tag):
-                raise self.err(path + ("tags", i), f"{tag!r} has characters a Docker tag cannot hold")
-            example = re.sub(r"\{([^}]*)\}", lambda m: {"stack": name, "date": "2025.01.31"}.get(m.group(1), "1.0.0"), tag)
-            if not TAG.match(example):
-                raise self.err(path + ("tags", i), f"{tag!r} can never be a valid tag (it expands to e.g. "
-                               f"{example[:40] + '...' if len(example) > 40 else example!r}): an OCI tag starts with "
-                               "a letter, digit or _ and has at most 128 characters",
-                               hint="e.g. {stack}-{date}")
-        stack = Stack(name=name, description=self.free_text(path + ("description",), raw.get("description")),
-                      base=base, chain=tuple(chain),
-                      gpus=tuple(gpus), tags=tuple(tags), line=self.doc.line(path),
-                      driver_floor=self.driver(path + ("driver_floor",), raw.get("driver_floor")) or site.driver_floor,
-                      waivers=self.waivers(raw.get("waivers", [])))
-        self.check_chain(stack, path)
-        return stack
+        found = [self.attempt(self.tag, path + ("tags", i), name, tag) for i, tag in enumerate(tags)]
+        if not all(read for read, _ in found):
+            raise Skipped
+        return [tag for _, tag in found]
+
+    def tag(self, where: tuple, name: str, tag: Any) -> str:
+        tag = self.string(where, tag)
+        tag_fields = versions.tag_fields(self.kinds.values())
+        for fieldname in re.findall(r"\{([^}]*)\}", tag):
+            if fieldname not in tag_fields:
+                raise self.err(where, f"unknown tag field {{{fieldname}}}",
+                               hint="allowed: " + ", ".join("{%s}" % f for f in tag_fields))
+        if not re.fullmatch(r"[A-Za-z0-9_.{}-]+", tag):
+            raise self.err(where, f"{tag!r} has characters a Docker tag cannot hold")
+        example = re.sub(r"\{([^}]*)\}", lambda m: {"stack": name, "date": "2025.01.31"}.get(m.group(1), "1.0.0"), tag)
+        if not TAG.match(example):
+            raise self.err(where, f"{tag!r} can never be a valid tag (it expands to e.g. "
+                           f"{example[:40] + '...' if len(example) > 40 else example!r}): an OCI tag starts with "
+                           "a letter, digit or _ and has at most 128 characters",
+                           hint="e.g. {stack}-{date}")
+        return tag
 
     def waivers(self, items: list) -> tuple:
         """[{rule: IB041, reason: "..."}] per stack: a known rule id and a reason (said in every report)."""
@@ -502,40 +680,24 @@ def load_spec(file: str | Path, root: str | Path | None = None, kinds: Any = Non
     """Load stacks.yaml and its layer kinds: the shipped ones (builder.load.kindpath.shipped_root), plus the
     site's. root is the site folder (default: the stacks file's): its layers/ adds kinds, its
     Dockerfile.j2 (if any) replaces the skeleton. kinds: more kind folders, highest priority first
-    (default $IMGBUILD_KINDS). A site kind with the name of a shipped one overrides it."""
+    (default $IMGBUILD_KINDS). A site kind with the name of a shipped one overrides it.
+
+    Every independent refusal of the file is raised at once: the one SpecError, or SpecErrors in the order
+    of the file. A file that cannot be read as YAML, or a kind folder, is refused at its first mistake."""
     from builder.load.kindpath import find_kinds
     file = Path(file)
     site_dir = Path(root) if root is not None else file.resolve().parent
     kinds = find_kinds(site_dir, None if kinds is None else [Path(k) for k in kinds], load_kinds)
-    root = kinds.root
-    doc = load_file(file)
-    loader = _Loader(doc, kinds)
-    data = loader.mapping((), doc.data, TOP_KEYS, what="a mapping with bases, layers and stacks")
-    if data.get("version", 1) != 1:
-        raise loader.err(("version",), f"unsupported version {data.get('version')!r}", hint="allowed: 1")
-    site = loader.site(data)
-    from builder.plan.lockfile import load_lock   # here: lockfile reads Spec
-    lock = load_lock(file)
-    bases = {}
-    for name, raw in loader.mapping(("bases",), loader.required((), data, "bases")).items():
-        base = loader.base(loader.name(("bases", name), name), raw)
-        bases[name] = replace(base, cuda=base_cuda(base, site, lock))
-    layers: dict[str, LayerDef] = {}
-    with files_root(file.resolve().parent):   # `file` parameters (patches, configs) live beside stacks.yaml
-        for section in SECTIONS:
-            for name, raw in loader.mapping((section,), data.get(section) or {}).items():
-                loader.name((section, name), name)
-                if name in layers:
-                    raise loader.err((section, name), f"name {name!r} is already used under {layers[name].section!r}; "
-                                     "layers, projects and runtimes share one namespace")
-                layers[name] = loader.layer(section, name, raw)
-    stacks = {}
-    raw_stacks = loader.mapping(("stacks",), loader.required((), data, "stacks"))
-    for name in raw_stacks:
-        loader.name(("stacks", name), name)
-        stacks[name] = loader.stack(name, loader.stack_raw(raw_stacks, name), bases, layers, site)
-    return Spec(file=str(file), root=root, site=site, bases=bases, layers=layers, stacks=stacks, kinds=kinds,
-                doc=doc)
+    loader = _Loader(load_file(file), kinds)
+    try:
+        spec = loader.spec(file, kinds.root)
+    except SpecError as exc:   # what everything after it depends on: reading stops here
+        loader.refused.append(exc)
+    if len(loader.refused) == 1:
+        raise loader.refused[0]
+    if loader.refused:
+        raise SpecErrors(sorted(loader.refused, key=lambda e: e.line or 0))
+    return spec
 
 
 __all__ = ["Spec", "Stack", "Base", "LayerDef", "Site", "CiSettings", "load_spec", "Version"]
