@@ -13,7 +13,7 @@ from typing import List, Literal, Optional
 import typer
 
 from builder import __version__
-from builder.errors import ImgbuildError, Interrupted, PreflightError, SpecError
+from builder.errors import ImgbuildError, Interrupted, PreflightError, SpecError, SpecErrors
 from builder.plan.keys import KEY_LEN, image_ref, make_plan
 from builder.load.spec import Spec, load_spec
 from builder.redact import redact
@@ -409,9 +409,10 @@ def init(out: Path = typer.Option(Path("stacks.yaml"), "--out", "-o", help="Wher
         trial.write_text(text)
         try:
             load_spec(trial)    # the values given on the command line are judged as in any stacks file
-        except SpecError as exc:
-            raise SpecError(f"{exc.key}: {exc.reason}", hint="--registry, --namespace and --stack are written there",
-                            rule=exc.rule) from None
+        except SpecError as exc:   # every value refused, named by its key (the file is a temporary one)
+            given = [SpecError(f"{e.key}: {e.reason}", hint="--registry, --namespace and --stack are written there",
+                               rule=e.rule) for e in getattr(exc, "errors", None) or [exc]]
+            raise (given[0] if len(given) == 1 else SpecErrors(given)) from None
     write(out, text)
     echo(f"ok: {out}: stack {stack!r} on {registry}/{namespace}; next: imgbuild check -f {out}, then "
          f"imgbuild build stack={stack} -f {out}")
@@ -705,7 +706,8 @@ def refusal(exc: ImgbuildError) -> dict:
             return err.to_json()
         return {"kind": err.label, "message": err.message, "hint": err.hint}
     errors = [one(e) for e in getattr(exc, "errors", None) or [exc]]
-    data = {"error": errors[0], "errors": errors, "exit_code": exc.exit_code}
+    data = {"error": errors[0], "errors": errors, "count": getattr(exc, "total", len(errors)),
+            "exit_code": exc.exit_code}
     report = getattr(exc, "report", None)
     if report is not None and getattr(report, "run_dir", None):
         data["run_dir"] = str(report.run_dir)

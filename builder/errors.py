@@ -101,7 +101,7 @@ class SpecErrors(SpecError):
                          rule=first.rule)
         self.errors = tuple(refusals[:self.LIMIT])
         self.total = len(refusals)
-        self.where = f" in {first.file}" if all(e.file == first.file for e in refusals) else ""
+        self.where = f" in {first.file}" if first.file and all(e.file == first.file for e in refusals) else ""
 
     def render(self) -> str:
         lines = [e.render() for e in self.errors]

@@ -74,6 +74,9 @@ def test_init_writes_a_file_that_checks_and_never_overwrites(cli, tmp_path, monk
     bad = cli("init", "--out", "other.yaml", "--registry", "bad host")
     assert bad.code == 2 and "site.registry: 'bad host' is not a registry host[:port]" in bad.err, bad.err
     assert not (tmp_path / "other.yaml").exists()
+    both = cli("init", "--out", "other.yaml", "--registry", "bad host", "--stack", "Bad!")
+    assert both.code == 2 and "site.registry: 'bad host'" in both.err and "stacks.Bad!: 'Bad!' is not a valid name" \
+        in both.err and "2 spec errors" in both.err, both.err     # every value refused, once each
 
 
 @pytest.mark.parametrize("stack", ["h100-train", "cpu.smoke"])

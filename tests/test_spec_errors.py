@@ -546,6 +546,8 @@ S2 = "  s2:\n    extends: s1\n    runtime: env\n"
     (edit(VALID, ("\nlayers:\n", "\nlayer:\n")), "layer", "unknown key 'layer'"),
     # A stack whose name is refused: an `extends` of the name it was meant to have is not called unknown.
     (edit(VALID, ("  s1:\n", "  S1:\n")), "stacks.S1", "'S1' is not a valid name"),
+    # ... nor are its tag templates, which {stack} would fill with the refused name.
+    (edit(VALID, ("  s1:\n", "  s!1:\n")), "stacks.s!1", "'s!1' is not a valid name"),
 ])
 def test_a_refusal_is_not_repeated_by_what_depends_on_it(write, text, key, reason):
     file = write(text)

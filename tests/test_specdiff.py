@@ -341,6 +341,14 @@ def test_a_broken_revision_is_named_with_its_file_and_line(tmp_path, cli):
     assert result.code == 2
     assert "broken (" in result.err and re.search(r"spec error\[IB2\d\d\]: stacks\.yaml:", result.err)
     assert "unknown key 'colour'" in result.err and "imgbuild-diff-" not in result.err
+    # Two mistakes in the revision: both named, as check names them.
+    (root / "stacks.yaml").write_text((REPO / "stacks.yaml").read_text().replace(
+        "    base: debian-bookworm", "    base: debian-bookworm\n    colour: red\n    size: 3"))
+    commit(root, "twice")
+    result = cli("diff", "good", "twice", "-f", str(root / "stacks.yaml"))
+    assert result.code == 2 and "2 spec errors" in result.err, result.err
+    assert "unknown key 'colour'" in result.err and "unknown key 'size'" in result.err, result.err
+    assert "imgbuild-diff-" not in result.err
 
 
 def test_registry_resolves_mirrored_bases_and_finds_keys_already_built(tmp_path):

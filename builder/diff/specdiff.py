@@ -198,8 +198,11 @@ def _reported(label: str, tmp: Path | None, fn, *args):
     except DiffError:
         raise
     except ImgbuildError as exc:
-        message = exc.message.replace(f"{tmp}/", "") if tmp else exc.message
-        raise DiffError(f"{label}: {exc.label}: {message}", hint=exc.hint) from None
+        several = getattr(exc, "errors", ())   # a stacks file's every mistake, not only its first
+        message = (f"{exc.label}: {exc.message}" if len(several) < 2 else
+                   f"{getattr(exc, 'total', len(several))} spec errors\n" + "\n".join(e.render() for e in several))
+        message = message.replace(f"{tmp}/", "") if tmp else message
+        raise DiffError(f"{label}: {message}", hint=None if len(several) > 1 else exc.hint) from None
 
 
 def _plan(spec: Spec, label: str, reg: Registry | None, lookup: str) -> _Side:

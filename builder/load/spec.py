@@ -235,14 +235,20 @@ class _Loader:
         if not isinstance(value, dict):
             raise self.err(path, f"expected {what}, got {type_name(value)}")
         if allowed is not None:
+            unknown = []   # every unknown key of the mapping is named, not only the first
             for key in value:
                 if key not in allowed:
                     if not (isinstance(key, str) and KEY_SHOWN.match(key)):
                         # Not a name a site would write (a stray line of some other file, a secret): said,
                         # not quoted, since error messages reach CI logs.
-                        raise self.err(path, f"an unknown key of {len(str(key))} characters that is not a name "
-                                       "(not shown)", hint="allowed: " + ", ".join(sorted(allowed)))
-                    raise self.err(path + (key,), f"unknown key {key!r}", hint="allowed: " + ", ".join(sorted(allowed)))
+                        unknown.append(self.err(path, f"an unknown key of {len(str(key))} characters that is not "
+                                                "a name (not shown)", hint="allowed: " + ", ".join(sorted(allowed))))
+                    else:
+                        unknown.append(self.err(path + (key,), f"unknown key {key!r}",
+                                                hint="allowed: " + ", ".join(sorted(allowed))))
+            if unknown:
+                self.refused.extend(unknown[:-1])
+                raise unknown[-1]
         return value
 
     def string(self, path: tuple, value: Any) -> str:
@@ -600,7 +606,9 @@ class _Loader:
                                hint="allowed: " + ", ".join("{%s}" % f for f in tag_fields))
         if not re.fullmatch(r"[A-Za-z0-9_.{}-]+", tag):
             raise self.err(where, f"{tag!r} has characters a Docker tag cannot hold")
-        example = re.sub(r"\{([^}]*)\}", lambda m: {"stack": name, "date": "2025.01.31"}.get(m.group(1), "1.0.0"), tag)
+        # A stack name refused on its own stands in as a valid one here: its error is said once, not per tag.
+        shown = name if NAME.match(name) else "stack"
+        example = re.sub(r"\{([^}]*)\}", lambda m: {"stack": shown, "date": "2025.01.31"}.get(m.group(1), "1.0.0"), tag)
         if not TAG.match(example):
             raise self.err(where, f"{tag!r} can never be a valid tag (it expands to e.g. "
                            f"{example[:40] + '...' if len(example) > 40 else example!r}): an OCI tag starts with "
