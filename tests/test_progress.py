@@ -1,7 +1,8 @@
 """The shown log of a build (issue 20): engine lines under their layer's name, RUN plumbing left out, a
 heartbeat for a silent layer, a live status view on a terminal. No Docker: BuildKit's output is the one
-recorded in tests/data/buildkit-deepspeed-cpu.log (the ds-0.19.8-cpu layer of cpu-smoke built with the
-engine's BuildKit, its op compile ~150 s) and time is a fake clock."""
+recorded in tests/data/buildkit-deepspeed-cpu.log (the ds-0.19.8-cpu layer of cpu-smoke built by the
+engine's BuildKit on this project's host, docker 20.10, as test_bake's build script runs it: the same
+`docker build --progress=plain` imgbuild runs; its op compile ~150 s) and time is a fake clock."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from builder.plan.keys import make_plan
 from builder.ship import pipeline
 from builder.ship.engine import BuildRequest, Engine
 from builder.ship.hostconf import HostConf
-from builder.ship.progress import Progress, Steps, clean, clean_tail, describe, elapsed, live_view
+from builder.ship.progress import Progress, Steps, clean_tail, describe, elapsed, live_view
 
 DATA = Path(__file__).resolve().parent / "data"
 RECORDED = (DATA / "buildkit-deepspeed-cpu.log").read_text().splitlines()
