@@ -350,7 +350,7 @@ def ci_gitlab(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, 
               kinds: Optional[List[Path]] = KindsOpt, imgbuild_cmd: str = ImgbuildCmdOpt,
               out: Optional[Path] = CiOutOpt, offline: bool = OfflineCiOpt, as_json: bool = JsonOpt) -> None:
     """A GitLab child pipeline (stages build, gpu, release; needs make the DAG). Trigger it from the parent
-    .gitlab-ci.yml with trigger: include: artifact (README, CI pipelines)."""
+    .gitlab-ci.yml with trigger: include: artifact (docs/ci.md)."""
     _ci("gitlab", selectors, file, all_, kinds, imgbuild_cmd, out, offline, as_json)
 
 

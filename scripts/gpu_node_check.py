@@ -52,7 +52,7 @@ STATUS_WORD = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}
 def _load_probe():
     """imgbuild's one probe (builder/ship/checks/probe.py; standard library only), loaded by path: this script
     measures torch, CUDA, cuDNN and NCCL exactly as lock and the in-image checks do."""
-    spec = importlib.util.spec_from_file_location("imgbuild_probe", ROOT / "builder" / "build" / "checks" / "probe.py")
+    spec = importlib.util.spec_from_file_location("imgbuild_probe", ROOT / "builder" / "ship" / "checks" / "probe.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -66,7 +66,7 @@ def _slurm_up() -> bool:
 
 def test_the_slurm_job_runs_the_check_in_two_tasks(work, first, tmp_path):
     if not _slurm_up():
-        pytest.fail("no Slurm here: scripts/setup-host.sh installs slurm-wlm, scripts/slurm-local.sh starts it")
+        pytest.fail("no Slurm here: scripts/setup-test-host.sh installs slurm-wlm, scripts/slurm-local.sh starts it")
     f = str(stacks_file(work, "stacks"))
     job = tmp_path / "node-check.sbatch"
     proc = imgbuild(work, "node-check", "stack=cpu-smoke", "--emit-sbatch", str(job), "--nodes", "1", "--procs", "2",

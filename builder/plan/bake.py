@@ -77,7 +77,7 @@ def bake_file(plan: Plan) -> dict:
     Named contexts need buildx >= 0.8 and a Dockerfile frontend >= 1.4 (BuildKit >= 0.10, Docker
     Engine >= 23). The engine here (20.10, built-in BuildKit, no buildx) has neither, so build.sh,
     which orders the builds itself, is the way to build the tree on it.
-    Secrets are not in the file: give them with --set (README: Using it)."""
+    Secrets are not in the file: give them with --set (docs/bake.md)."""
     n = names(plan)
     targets = {}
     for key, node in plan.nodes.items():
