@@ -38,16 +38,9 @@ PACKAGES=(docker.io docker-registry debootstrap debian-archive-keyring gpgv git 
 export DEBIAN_FRONTEND=noninteractive
 export NO_PROXY="127.0.0.1,localhost${NO_PROXY:+,$NO_PROXY}" no_proxy="127.0.0.1,localhost${no_proxy:+,$no_proxy}"
 
-T0=$(date +%s.%N)
-STEP_NAME="" STEP_T0=""
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-log() { echo "[setup] $*"; }
-die() { echo "[setup] ERROR${STEP_NAME:+ in step '$STEP_NAME'}: $*" >&2; exit 1; }
-step() { STEP_NAME="$1"; STEP_T0=$(now); log "==> $STEP_NAME"; }
-step_done() { log "<== $STEP_NAME: done in $(elapsed "$STEP_T0") s${1:+ ($1)}"; STEP_TIMES+=("$STEP_NAME: $(elapsed "$STEP_T0") s${1:+ ($1)}"); STEP_NAME=""; }
-STEP_TIMES=()
-trap 'rc=$?; [ $rc -eq 0 ] || echo "[setup] FAILED (exit $rc)${STEP_NAME:+ in step '"'"'$STEP_NAME'"'"'} after $(elapsed "$T0") s" >&2' EXIT
+SETUP_TAG=setup
+# shellcheck source=lib/setup-common.sh
+. "$(dirname "$0")/lib/setup-common.sh"
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (installs packages, starts dockerd)"
 [[ "$IMGBUILD_REGISTRY" == *:* ]] || die "IMGBUILD_REGISTRY must be host:port, got '$IMGBUILD_REGISTRY'"
@@ -59,30 +52,7 @@ exec 9>"$STATE_DIR/setup.lock"
 flock -w 900 9 || die "another setup-host.sh holds $STATE_DIR/setup.lock"
 
 # ---------------------------------------------------------------- 1. packages
-step "packages"
-missing=()
-for p in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    log "installing: ${missing[*]}"
-    # No init system here: keep maintainer scripts from trying to start services.
-    created_policy=""
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && created_policy=1
-    fi
-    apt_log="$LOG_DIR/apt.log"
-    if ! { apt-get -o Acquire::Retries=3 update &&
-           apt-get -o Acquire::Retries=3 install -y --no-install-recommends "${missing[@]}"; } >>"$apt_log" 2>&1; then
-        [ -z "$created_policy" ] || rm -f /usr/sbin/policy-rc.d
-        tail -n 30 "$apt_log" >&2
-        die "apt-get failed (full log: $apt_log)"
-    fi
-    [ -z "$created_policy" ] || rm -f /usr/sbin/policy-rc.d
-    step_done "installed ${#missing[@]} package(s)"
-else
-    step_done "all present"
-fi
+install_missing "${PACKAGES[@]}"
 for b in "$DOCKER" "$DOCKERD" /usr/bin/docker-registry /usr/sbin/debootstrap; do
     [ -x "$b" ] || die "$b missing after install"
 done

@@ -19,15 +19,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 export DEBIAN_FRONTEND=noninteractive
 
-T0=$(date +%s.%N)
-STEP_NAME="" STEP_T0="" STEP_TIMES=()
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-log() { echo "[setup-test] $*"; }
-die() { echo "[setup-test] ERROR${STEP_NAME:+ in step '$STEP_NAME'}: $*" >&2; exit 1; }
-step() { STEP_NAME="$1"; STEP_T0=$(now); log "==> $STEP_NAME"; }
-step_done() { log "<== $STEP_NAME: done in $(elapsed "$STEP_T0") s${1:+ ($1)}"; STEP_TIMES+=("$STEP_NAME: $(elapsed "$STEP_T0") s${1:+ ($1)}"); STEP_NAME=""; }
-trap 'rc=$?; [ $rc -eq 0 ] || echo "[setup-test] FAILED (exit $rc)${STEP_NAME:+ in step '"'"'$STEP_NAME'"'"'} after $(elapsed "$T0") s" >&2' EXIT
+SETUP_TAG=setup-test
+# shellcheck source=lib/setup-common.sh
+. "$here/lib/setup-common.sh"
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (installs packages, starts the Slurm daemons)"
 mkdir -p "$STATE_DIR" "$LOG_DIR"
@@ -36,33 +30,8 @@ mkdir -p "$STATE_DIR" "$LOG_DIR"
 exec 9>"$STATE_DIR/setup-test.lock"
 flock -w 900 9 || die "another setup-test-host.sh holds $STATE_DIR/setup-test.lock"
 
-apt_install() {   # apt_install PKG...: install with the maintainer scripts kept from starting services
-    local created_policy="" apt_log="$LOG_DIR/apt.log"
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && created_policy=1
-    fi
-    if ! { apt-get -o Acquire::Retries=3 update &&
-           apt-get -o Acquire::Retries=3 install -y --no-install-recommends "$@"; } >>"$apt_log" 2>&1; then
-        [ -z "$created_policy" ] || rm -f /usr/sbin/policy-rc.d
-        tail -n 30 "$apt_log" >&2
-        die "apt-get install $* failed (full log: $apt_log)"
-    fi
-    [ -z "$created_policy" ] || rm -f /usr/sbin/policy-rc.d
-}
-
 # ---------------------------------------------------------------- 1. packages
-step "packages"
-missing=()
-for p in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    log "installing: ${missing[*]}"
-    apt_install "${missing[@]}"
-    step_done "installed ${#missing[@]} package(s)"
-else
-    step_done "all present"
-fi
+install_missing "${PACKAGES[@]}"
 for b in /usr/bin/skopeo /usr/bin/rsync /usr/bin/mksquashfs /usr/bin/umoci /usr/bin/sbatch; do
     [ -x "$b" ] || die "$b missing after install"
 done
