@@ -51,6 +51,33 @@ def pytest_runtest_setup(item):
         pytest.skip(f"{why}; run scripts/setup-host.sh to enable the docker tests")
 
 
+# Running at once (pytest-xdist; `scripts/test.sh` passes -n 2 --dist loadfile --no-loadscope-reorder):
+# every worker is its own process, so it has its own e2e namespace (e2e.NS), work folder and `first`
+# build, and each test file runs whole on one worker, in file order, as in a serial run. (xdist's
+# loadgroup, which could keep several files on one worker, does nothing under pytest 9: it renames
+# item._nodeid, which pytest 9 no longer reads.) Every docker file depends only on `first` and on its
+# own earlier tests, never on another file's. Under xdist the files are handed out longest first: the
+# CUDA stacks' file (its first test needs no `first`: the worker starts it at once), then the files that
+# build on this session's cpu-smoke (`first`, `work`), the other docker files, the slow unit files, the
+# rest. Without xdist nothing is reordered.
+SHARED_STATE = {"work", "first"}
+
+
+def pytest_collection_modifyitems(config, items):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    docker = {i.path.name for i in items if i.get_closest_marker("docker") or i.get_closest_marker("registry")}
+    shared = {i.path.name for i in items if i.path.name in docker and SHARED_STATE & set(i.fixturenames)}
+    slow = {i.path.name for i in items if i.get_closest_marker("slow")}
+
+    def rank(item) -> int:
+        name = item.path.name
+        return (0 if name == "test_docker_cuda.py" else 1 if name in shared else 2 if name in docker
+                else 3 if name in slow else 4)
+
+    items.sort(key=rank)
+
+
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", default=False,
                      help="Rewrite tests/golden/ from the current rendering instead of comparing to it.")
