@@ -2,9 +2,11 @@
 judged from the outside. Used by tests/test_hostile_suite.py (which demands 0 unsafe, 0 crashes, 0 slow)
 and by benchmarks/hostile_inputs.py (which prints the summary line with times).
 
-Every input runs in its own process with a 1 GiB address-space limit and a time limit, and is judged:
+Every input runs in its own process (forked from a server that imported imgbuild: run()) with a 1 GiB
+address-space limit and a time limit, and is judged:
   crash    exit 70, a traceback, or killed by a signal
-  slow     over the time limit, or out of memory (MemoryError under the 1 GiB limit)
+  slow     over the time limit (5 s of CPU; killed after 15 s of wall clock), or out of memory
+           (MemoryError under the 1 GiB limit)
   unsafe   a secret of the input printed anywhere, or accepted and rendered so that a value changed the
            instruction sequence, or reached a command as an option (a shell word starting with '-' that
            holds the input's marker)
@@ -16,11 +18,14 @@ Every input runs in its own process with a 1 GiB address-space limit and a time 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import resource
 import shlex
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +36,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 MARK = "pwned"                       # every injected value carries it
 SECRET = "s3cr3tT0ken"               # every credential carries it: it must never be printed
-LIMIT_S = 5.0
+LIMIT_S = 5.0                        # CPU seconds per command (run() says why CPU, not wall clock)
+WALL_FACTOR = 3                      # a command still running after 3 x LIMIT_S of wall clock is killed
 LIMIT_BYTES = 1 << 30
 
 
@@ -322,18 +328,146 @@ def prepare(inp: Input, folder: Path) -> Path:
     return path
 
 
-def run(args: list[str], folder: Path, timeout: float = LIMIT_S) -> tuple[int | None, str, float]:
+def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMGBUILD_")}
     env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def run_fresh(args: list[str], folder: Path, timeout: float = LIMIT_S) -> tuple[int | None, str, float]:
+    """`python -m builder.cli ARGS` in a new interpreter (what run() forks instead; kept as the reference
+    that tests/test_hostile_suite.py compares the fork server with)."""
     start = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-m", "builder.cli", *args], cwd=folder, env=env, capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "builder.cli", *args], cwd=folder, env=_env(), capture_output=True,
                               timeout=timeout, preexec_fn=_limits)
         out = (proc.stdout + proc.stderr).decode(errors="replace")
         return proc.returncode, out, time.perf_counter() - start
     except subprocess.TimeoutExpired as exc:
         out = ((exc.stdout or b"") + (exc.stderr or b"")).decode(errors="replace")
         return None, out, time.perf_counter() - start
+
+
+# Speed only (issue 20): starting an interpreter and importing imgbuild is ~0.3 s of CPU per command, and
+# the suite runs ~1200 commands. A server that imported builder.cli once (and did nothing else) forks one
+# child per input instead: the child is its own process, with the same 1 GiB address-space limit, the
+# same time limit (the clock starts before the fork), the input's folder as its working directory and
+# first sys.path entry, stdin from /dev/null, stdout and stderr captured apart and joined as before; it
+# runs the CLI as `python -m builder.cli` does (runpy, __main__) and exits as the interpreter would
+# (SystemExit's code; an uncaught exception prints its traceback, exit 1; a signal is a negative code).
+_SERVER = r"""
+import json, os, resource, runpy, select, signal, sys, time, traceback
+limit = int(sys.argv[1])
+import builder.cli  # the imports every command pays, paid once
+import importlib
+# and those the commands make when they run (typer's parameter handling, rich, the rules, the registry
+# client): module code only, run the same way in any process; nothing here runs a command.
+for name in ("typer._adapters", "typer._click.decorators", "pydantic", "rich.console", "rich.table", "rich.syntax",
+             "rich.progress", "rich.live", "httpx", "zoneinfo", "csv", "zipfile", "secrets", "importlib.metadata",
+             "builder.plan.bake", "builder.plan.lockfile", "builder.plan.outdir", "builder.rules.dockerfile",
+             "builder.rules.facts", "builder.rules.findings", "builder.rules.lint", "builder.rules.preflight",
+             "builder.rules.review", "builder.rules.shell", "builder.ship.bases", "builder.ship.registry"):
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
+cli_file = builder.cli.__file__
+channel_in, channel_out = os.fdopen(int(sys.argv[2]), "rb"), os.fdopen(int(sys.argv[3]), "wb")
+for line in channel_in:
+    req = json.loads(line)
+    start = time.perf_counter()
+    fds = [os.open(req[k], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for k in ("stdout", "stderr")]
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            channel_in.close(); channel_out.close()
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            os.chdir(req["cwd"])
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            os.dup2(fds[0], 1)
+            os.dup2(fds[1], 2)
+            sys.path[0] = req["cwd"]
+            # As `python -m` finds it: builder.cli not imported yet (runpy runs it as __main__).
+            del sys.modules["builder.cli"]
+            delattr(sys.modules["builder"], "cli")
+            sys.argv = [cli_file, *req["args"]]
+            try:
+                runpy.run_module("builder.cli", run_name="__main__", alter_sys=True)
+                code = 0
+            except SystemExit as exc:
+                if exc.code is None:
+                    code = 0
+                elif isinstance(exc.code, int):
+                    code = exc.code & 0xFF
+                else:
+                    print(exc.code, file=sys.stderr)
+                    code = 1
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except BaseException:
+                    code = code or 120
+        except BaseException:   # the child's own setup failed: say so where the output is read
+            traceback.print_exc()
+            code = 70
+        finally:
+            os._exit(code)
+    for fd in fds:
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    ready, _, _ = select.select([pidfd], [], [], req["timeout"])
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+    _, status, usage = os.wait4(pid, 0)
+    os.close(pidfd)
+    rc = os.waitstatus_to_exitcode(status) if ready else None
+    reply = {"rc": rc, "secs": time.perf_counter() - start, "cpu": usage.ru_utime + usage.ru_stime}
+    channel_out.write(json.dumps(reply).encode() + b"\n")
+    channel_out.flush()
+"""
+
+
+class _ForkServer:
+    def __init__(self) -> None:
+        r_req, w_req = os.pipe()
+        r_rep, w_rep = os.pipe()
+        self.proc = subprocess.Popen([sys.executable, "-c", _SERVER, str(LIMIT_BYTES), str(r_req), str(w_rep)], cwd=REPO,
+                                     env=_env(), stdin=subprocess.DEVNULL, pass_fds=(r_req, w_rep))
+        os.close(r_req)
+        os.close(w_rep)
+        self.requests, self.replies = os.fdopen(w_req, "wb"), os.fdopen(r_rep, "rb")
+        self.logs = Path(tempfile.mkdtemp(prefix="imgbuild-hostile-"))   # outside the input's folder
+
+    def run(self, args: list[str], folder: Path, timeout: float) -> tuple[int | None, str, float]:
+        logs = {k: str(self.logs / k) for k in ("stdout", "stderr")}
+        start = time.perf_counter()
+        self.requests.write(json.dumps({"args": list(args), "cwd": str(folder), "timeout": timeout, **logs}).encode() + b"\n")
+        self.requests.flush()
+        line = self.replies.readline()
+        assert line, f"the hostile-input fork server died (exit {self.proc.poll()})"
+        reply = json.loads(line)
+        out = b"".join(Path(logs[k]).read_bytes() for k in ("stdout", "stderr")).decode(errors="replace")
+        for k in logs:
+            os.unlink(logs[k])
+        return reply["rc"], out, reply["cpu"]
+
+
+_SERVERS = threading.local()
+
+
+def run(args: list[str], folder: Path, timeout: float = LIMIT_S) -> tuple[int | None, str, float]:
+    """The CLI on ARGS in its own process under the limits, from the calling thread's fork server:
+    (exit code or None when killed, output, CPU seconds of the process). Its cost is measured in CPU
+    time, which the load of other work on the machine (builds beside the unit tests under xdist) does
+    not inflate: over `timeout` CPU seconds is slow. A process that waits instead (a fifo, a network
+    retry) is killed after WALL_FACTOR x timeout of wall clock, and is slow too (exit None)."""
+    if getattr(_SERVERS, "server", None) is None or _SERVERS.server.proc.poll() is not None:
+        _SERVERS.server = _ForkServer()
+    return _SERVERS.server.run(args, folder, timeout * WALL_FACTOR)
 
 
 def _words(dockerfiles: str) -> tuple[list[str], list[str]]:

@@ -1,6 +1,6 @@
 """The hostile-input suite (tests/hostile.py) as a test: at least 150 inputs across the classes of
-issue 10, each in its own process under 1 GiB and 5 s; none may be unsafe, crash, be slow or be refused
-without saying where. benchmarks/hostile_inputs.py prints the same summary with the slowest inputs."""
+issue 10, each in its own process under 1 GiB and 5 s of CPU (killed after 15 s); none may be unsafe,
+crash, be slow or be refused without saying where. benchmarks/hostile_inputs.py prints the same summary with the slowest inputs."""
 
 from __future__ import annotations
 
