@@ -13,10 +13,12 @@
 # deletes. The collector runs with the registry stopped (the Distribution docs: an upload during a
 # collection can lose blobs), and setup-host.sh starts it again. mirror/ and every other namespace stay.
 #
-#   IMGBUILD_MIN_FREE_GB   fail when less than this is free afterwards (default 30). A whole suite run
+#   IMGBUILD_MIN_FREE_GB   fail when less than this is free afterwards (default 25). A whole suite run
 #                          with warm caches took 7 GB at its peak (the CUDA stacks' test, disk sampled
-#                          every 20 s); a cold one also fills the caches: pip's CUDA wheels, every
-#                          image, syft's copy of a CUDA image. 30 is that with room, not a measurement.
+#                          every 20 s); one with the BuildKit cache nearly cold (4.7 GB of it left, no
+#                          CUDA wheels in it: torch, DeepSpeed and Transformer Engine built again) took
+#                          17 GB at its peak, two workers at once (docs/measurements/2026-12-02-test-suite.md).
+#                          25 is that measurement with 8 GB of room.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STATE_DIR="${IMGBUILD_STATE_DIR:-/var/lib/imgbuild}"
@@ -24,7 +26,7 @@ REGISTRY_DIR="$STATE_DIR/registry"
 REPOS="$REGISTRY_DIR/data/docker/registry/v2/repositories"
 DOCKER=/usr/bin/docker
 KEEP_CACHE="${IMGBUILD_KEEP_BUILD_CACHE:-12GB}"
-MIN_FREE_GB="${IMGBUILD_MIN_FREE_GB:-30}"
+MIN_FREE_GB="${IMGBUILD_MIN_FREE_GB:-25}"
 TEST_NS='(imgbuild-test|imgbuild-difftest|bench|bench-fleet-[a-z0-9]+|plain-bench)-[0-9a-f]{6,8}(-gitlab)?'
 log() { echo "[reclaim] $*"; }
 free_gb() { df -P -BG "$1" | awk 'NR == 2 { sub("G", "", $4); print $4 }'; }
