@@ -7,11 +7,14 @@
 #
 #   scripts/test.sh --quick [PYTEST ARGS]   every test that needs no engine and no registry (the markers
 #                  docker and registry deselected), two at a time: no root, no host setup, only .venv
-#                  (made and given the test extras when missing). About 2 minutes on 2 cores.
-#   IMGBUILD_TEST_WORKERS   pytest-xdist workers (default 2; 0 runs in one process, in file order)
+#                  (made and given the test extras when missing). 367 s on 2 cores under load 4-5
+#                  (docs/measurements/2026-12-02-test-suite.md); not yet measured on an idle machine.
+#   IMGBUILD_TEST_WORKERS   pytest-xdist workers: default 2 with --quick, 0 (one process, file order) for
+#                  the whole suite: its docker half is compiles and containers on the same 2 cores, and
+#                  two workers showed no gain there (same measurements).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WORKERS="${IMGBUILD_TEST_WORKERS:-2}"
+if [ "${1:-}" = "--quick" ]; then WORKERS="${IMGBUILD_TEST_WORKERS:-2}"; else WORKERS="${IMGBUILD_TEST_WORKERS:-0}"; fi
 xdist() { [ "$WORKERS" = 0 ] || echo "-n $WORKERS --dist loadfile --no-loadscope-reorder"; }   # tests/conftest.py says why
 if [ "${1:-}" = "--quick" ]; then
     shift
