@@ -548,12 +548,22 @@ S2 = "  s2:\n    extends: s1\n    runtime: env\n"
     (edit(VALID, ("  s1:\n", "  S1:\n")), "stacks.S1", "'S1' is not a valid name"),
     # ... nor are its tag templates, which {stack} would fill with the refused name.
     (edit(VALID, ("  s1:\n", "  s!1:\n")), "stacks.s!1", "'s!1' is not a valid name"),
+    # A required key misspelt in a stack is not also missing, there or in the stack extending it.
+    (edit(VALID, (S1, S1.replace("    base: ngc\n", "    bse: ngc\n"))), "stacks.s1.bse", "unknown key 'bse'"),
 ])
 def test_a_refusal_is_not_repeated_by_what_depends_on_it(write, text, key, reason):
     file = write(text)
     res = run_cli("check", "-f", file)
     assert res.code == 2 and len(refusal_lines(res.err)) == 1, res.err
     assert f": {key}: {reason}" in res.err and "spec errors in" not in res.err, res.err
+
+
+def test_an_unknown_key_leaves_the_rest_of_its_stack_checked(write):
+    """A stray key in a stack once ended that stack's reading: its other mistakes came one run later."""
+    file = write(edit(VALID, (S1, S1.replace("    gpus: [H100]\n", "    gpus: [h100]\n    colour: blue\n"))))
+    res = run_cli("check", "-f", file)
+    assert res.code == 2 and len(refusal_lines(res.err)) == 2, res.err
+    assert ": stacks.s1.colour: unknown key 'colour'" in res.err and ": stacks.s1.gpus[0]: unknown GPU 'h100'" in res.err
 
 
 def test_a_refused_site_leaves_the_stacks_checked(write):

@@ -216,6 +216,9 @@ class _Loader:
         self.incomplete: set[str] = set()
         self.resolved: dict = {}             # stack name -> merged with the stacks it extends (stack_raw)
         self.unread: set = set()             # stacks whose extends chain could not be read (stack_raw)
+        # Mappings read past their unknown keys (known()): a required key missing there is not said, since
+        # an unknown key may be it misspelt; a stack extending such a stack is one too.
+        self.loose: set[tuple] = set()
 
     def attempt(self, fn: Callable, *args: Any) -> tuple[bool, Any]:
         """fn(*args) with a refusal recorded instead of raised, so that the parts after it are still
@@ -270,8 +273,22 @@ class _Loader:
 
     def required(self, path: tuple, mapping: dict, key: str) -> Any:
         if key not in mapping or mapping[key] is None:
+            if path in self.loose:
+                raise Skipped   # beside an unknown key, which may be this one misspelt and is all that is said
             raise self.err(path, f"missing required key {key!r}")
         return mapping[key]
+
+    def known(self, path: tuple, value: Any, allowed: set) -> dict:
+        """A mapping's known keys, each unknown key refused (recorded) rather than ending the reading: the
+        rest of the entry is still checked, so a stray key does not hide the entry's other mistakes."""
+        try:
+            return self.mapping(path, value, allowed)
+        except SpecError as exc:
+            if not isinstance(value, dict):
+                raise
+            self.refused.append(exc)   # the last unknown key; mapping() recorded the others
+            self.loose.add(path)
+            return {k: v for k, v in value.items() if k in allowed}
 
     # -- the file -------------------------------------------------------------------------------
     # Each entry of each section is checked on its own and its refusals recorded (self.refused), so that
@@ -482,7 +499,7 @@ class _Loader:
                 if current in self.unread:
                     raise Skipped
                 path = ("stacks", current)
-                raw = self.mapping(path, stacks[current], STACK_KEYS)
+                raw = self.known(path, stacks[current], STACK_KEYS)
                 chain.append((current, raw))
                 on_chain.add(current)
                 parent = raw.get("extends")
@@ -501,7 +518,11 @@ class _Loader:
             self.unread.update(on_chain | {current})
             raise
         merged = dict(resolved[current]) if current in resolved and current not in on_chain else {}
+        loose = ("stacks", current) in self.loose
         for stack_name, raw in reversed(chain):
+            loose = loose or ("stacks", stack_name) in self.loose
+            if loose:   # it inherits what a stack it extends misspelt
+                self.loose.add(("stacks", stack_name))
             merged.update({k: v for k, v in raw.items() if k not in ("extends", "waivers")})
             # Waivers add up along extends (a stack keeps its parent's), each with the stack that wrote it.
             mine = raw.get("waivers", [])
@@ -536,7 +557,9 @@ class _Loader:
             read, value = self.attempt(fn)
             if read:
                 got[key] = value
-        if not {"base", "chain", "gpus"} <= set(got) or "site" in self.incomplete:
+        # The chain as a whole is judged only on a stack read whole: beside an unknown key (a misspelt `gpus`,
+        # say) a judgement on what is absent would be a second report of the same mistake.
+        if not {"base", "chain", "gpus"} <= set(got) or "site" in self.incomplete or path in self.loose:
             raise Skipped
         stack = Stack(name=name, description=got.get("description", ""), base=got["base"], chain=tuple(got["chain"]),
                       gpus=tuple(got["gpus"]), tags=tuple(got.get("tags", ())), line=self.doc.line(path),
