@@ -7,8 +7,8 @@
 #
 #   scripts/test.sh --quick [PYTEST ARGS]   every test that needs no engine and no registry (the markers
 #                  docker and registry deselected), two at a time: no root, no host setup, only .venv
-#                  (made and given the test extras when missing). 367 s on 2 cores under load 4-5
-#                  (docs/measurements/2026-12-02-test-suite.md); not yet measured on an idle machine.
+#                  (made and given the test extras when missing). 158 s on 2 idle cores
+#                  (docs/measurements/2026-12-02-test-suite.md).
 #   IMGBUILD_TEST_WORKERS   pytest-xdist workers: default 2 with --quick, 0 (one process, file order) for
 #                  the whole suite: its docker half is compiles and containers on the same 2 cores, and
 #                  two workers showed no gain there (same measurements).
