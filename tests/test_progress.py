@@ -248,11 +248,12 @@ def test_on_a_terminal_each_layer_at_work_has_a_status_line_redrawn_below_the_pr
     assert screen.getvalue().endswith("\x1b[1A\x1b[J")     # the last status line erased when it ended
 
 
-def test_a_status_line_is_inert_and_fits_the_terminal(monkeypatch):
-    import os
-    monkeypatch.setattr("shutil.get_terminal_size", lambda: os.terminal_size((40, 20)))
+def test_a_status_line_is_inert_and_fits_the_terminal():
+    # The width is handed in, not patched into shutil: pytest's own terminal writer calls
+    # shutil.get_terminal_size too, and a patched one broke the whole run (CI, stop 26).
     clock, screen = Clock(), Tty()
-    view = Progress(lambda line: screen.write(line + "\n"), live=True, out=screen, clock=clock)
+    view = Progress(lambda line: screen.write(line + "\n"), live=True, out=screen, clock=clock,
+                    columns=lambda: 40)
     with view.task(LAYER, "x") as lines:
         lines("#3 [1/1] RUN echo '\x1b]0;pwned\x07' " + "y" * 80)
         status = screen.getvalue().splitlines()[-1]

@@ -140,8 +140,10 @@ class Progress:
     with a clock of their own."""
 
     def __init__(self, say: Callable[[str], None], *, live: bool = False, out: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic, every: float = HEARTBEAT) -> None:
+                 clock: Callable[[], float] = time.monotonic, every: float = HEARTBEAT,
+                 columns: Callable[[], int] = lambda: shutil.get_terminal_size().columns) -> None:
         self._say, self.live, self.clock, self.every = say, live, clock, every
+        self._columns = columns           # asked at each redraw: a terminal can be resized mid-build
         self._out = out if out is not None else sys.stdout
         self._lock = threading.RLock()
         self._tasks: list[_Task] = []
@@ -244,7 +246,7 @@ class Progress:
     def _draw(self) -> None:
         if not (self.live and self._tasks):
             return
-        now, width = self.clock(), shutil.get_terminal_size().columns
+        now, width = self.clock(), self._columns()
         # One screen line each (cut to the width: a wrapped line would throw the count of lines to erase
         # off); inert: a step's name is text from the Dockerfile and the engine.
         lines = [inert(redact(f"  {t.label}  {t.what}  {elapsed(now - t.since)}"))[:max(10, width - 1)]
