@@ -35,6 +35,10 @@ BASE = {
         # CUDA declared.
         "ngc-decl": {"image": "registry.example/pt:declared", "family": "ngc-pytorch",
                      "provides": {"torch": "2.9.0a0+50eac811a6", "python": "3.12.3", "cuda": "13.0.1"}},
+        # Issue 21: NGC images whose CUDA nobody states (a month the catalog lacks; a site's own build):
+        # CUDA of an unknown version, never none.
+        "ngc-2212": {"image": "nvcr.io/nvidia/pytorch:22.12-py3", "family": "ngc-pytorch"},
+        "ngc-custom": {"image": "registry.example/pt:site-build", "family": "ngc-pytorch"},
         "deb": {"image": "debian:bookworm", "family": "debian", "provides": {"python": "3.11.2"}},
     },
     "layers": {
@@ -63,7 +67,8 @@ def write_spec(tmp_path, stacks: dict, extra: dict | None = None, lock: tuple | 
 # -- defect 2: one answer to "does this base have CUDA" ------------------------------------------------
 
 @pytest.mark.parametrize("base,lock", [("ngc-cat", None), ("ngc-lock", ("ngc-lock", {"cuda": "13.0.1", "nvcc": "13.0.88"})),
-                                       ("ngc-decl", None)], ids=["catalog", "lock", "declared"])
+                                       ("ngc-decl", None), ("ngc-2212", None), ("ngc-custom", None)],
+                         ids=["catalog", "lock", "declared", "ngc-month-not-in-catalog", "ngc-family-unknown-image"])
 def test_deepspeed_ops_get_the_arch_list_whatever_source_knows_the_cuda(tmp_path, base, lock):
     """Guards issue 11 defect 2: DeepSpeed CUDA ops rendered without TORCH_CUDA_ARCH_LIST when the base's
     CUDA came from the catalog or the lock file instead of `provides`; lint (IB104) then demanded an arch
@@ -113,12 +118,13 @@ def test_measured_absence_of_cuda_wins_over_the_declared_one(tmp_path):
 
 def test_a_stale_lock_entry_does_not_decide_cuda(tmp_path):
     """Guards issue 11 defect 2: a lock entry probed from another image (IB091: ignored by preflight) is
-    ignored for the CUDA answer too, so render and preflight still agree."""
+    ignored for the CUDA answer too, so render and preflight still agree. (An NGC base still has CUDA,
+    of a version nobody knows: issue 21.)"""
     file = write_spec(tmp_path, {"s": {"base": "ngc-lock", "layers": ["site", "ds"], "gpus": ["H100"]}},
                       lock=("ngc-lock", {"cuda": "13.0.1"}))
     lock = file.with_name("stacks.lock.yaml")
     lock.write_text(lock.read_text().replace("registry.example/pt:custom", "registry.example/pt:other"))
-    assert not load_spec(file).stack("s").base.has_cuda
+    assert load_spec(file).stack("s").base.cuda == ("unknown", "family")
 
 
 # -- defect 5: versions compared as versions (IB090) -------------------------------------------------------
@@ -250,14 +256,15 @@ def test_apex_checks_import_the_extensions_it_asked_for(tmp_path):
 
 # -- defect 6: per-stack waivers, --strict, unknowns and --require-locked ------------------------------------
 
-DS16 = {"ds16": {"kind": "deepspeed", "params": {"version": "0.16.0", "ops": []}}}   # IB041: a warning
+# IB075, a warning: an NCCL wheel beside the NGC torch, which uses the container's NCCL.
+NCCL = {"nccl": {"kind": "pip", "params": {"packages": ["nvidia-nccl-cu13==2.28.9"]}}}
 
 
 def _waived_spec(tmp_path, waivers, sub="w", **stack):
-    stacks = {"s": {"base": "ngc-decl", "layers": ["site", "ds16"], "gpus": ["H100"], **stack}}
+    stacks = {"s": {"base": "ngc-decl", "layers": ["site", "nccl"], "gpus": ["H100"], **stack}}
     if waivers is not None:
         stacks["s"]["waivers"] = waivers
-    return write_spec(tmp_path, stacks, {"layers": DS16}, sub=sub)
+    return write_spec(tmp_path, stacks, {"layers": NCCL}, sub=sub)
 
 
 def test_a_waived_warning_does_not_fail_strict_and_is_shown(tmp_path):
@@ -266,34 +273,34 @@ def test_a_waived_warning_does_not_fail_strict_and_is_shown(tmp_path):
     reports as "waived: IBxxx ... (reason)"."""
     plain = _waived_spec(tmp_path, None, sub="plain")
     assert run_cli("check", "--strict", "-f", plain).code == 3
-    file = _waived_spec(tmp_path, [{"rule": "IB041", "reason": "classifiers only; tested on 3.12 by us"}])
+    file = _waived_spec(tmp_path, [{"rule": "IB075", "reason": "the job sets NCCL_LIB; tested by us"}])
     res = run_cli("check", "--strict", "-f", file)
     assert res.code == 0, res.output
-    assert "waived: IB041 [s]" in res.out and "(classifiers only; tested on 3.12 by us)" in res.out, res.out
+    assert "waived: IB075 [s]" in res.out and "(the job sets NCCL_LIB; tested by us)" in res.out, res.out
     assert "1 waived" in res.out
     res = run_cli("check", "--strict", "--json", "-f", file)
     assert res.code == 0, res.output
     found = json.loads(res.out)["findings"]
-    assert [(f["rule"], f["waived"]) for f in found] == [("IB041", "classifiers only; tested on 3.12 by us")]
+    assert [(f["rule"], f["waived"]) for f in found] == [("IB075", "the job sets NCCL_LIB; tested by us")]
 
 
 def test_waivers_are_inherited_through_extends(tmp_path):
     """Guards issue 11 defect 6: a stack that extends a waiving stack inherits its waivers (and adds its own)."""
-    stacks = {"s": {"base": "ngc-decl", "layers": ["site", "ds16"], "gpus": ["H100"],
-                    "waivers": [{"rule": "IB041", "reason": "classifiers only"}]},
+    stacks = {"s": {"base": "ngc-decl", "layers": ["site", "nccl"], "gpus": ["H100"],
+                    "waivers": [{"rule": "IB075", "reason": "classifiers only"}]},
               "t": {"extends": "s", "description": "the same, described"}}
-    file = write_spec(tmp_path, stacks, {"layers": DS16})
+    file = write_spec(tmp_path, stacks, {"layers": NCCL})
     res = run_cli("check", "--strict", "-f", file)
     assert res.code == 0, res.output
-    assert "waived: IB041 [t]" in res.out and "waived: IB041 [s]" in res.out
+    assert "waived: IB075 [t]" in res.out and "waived: IB075 [s]" in res.out
 
 
 @pytest.mark.parametrize("waiver,key,reason", [
     ({"rule": "IB999", "reason": "x is fine"}, "stacks.s.waivers[0].rule", "not a known rule"),
-    ({"rule": "IB041"}, "stacks.s.waivers[0]", "missing required key 'reason'"),
-    ({"rule": "IB041", "reason": "  "}, "stacks.s.waivers[0].reason", "say why"),
-    ({"rule": "IB041", "reason": "ok", "until": "2027"}, "stacks.s.waivers[0].until", "unknown key 'until'"),
-    ("IB041", "stacks.s.waivers[0]", "expected a mapping"),
+    ({"rule": "IB075"}, "stacks.s.waivers[0]", "missing required key 'reason'"),
+    ({"rule": "IB075", "reason": "  "}, "stacks.s.waivers[0].reason", "say why"),
+    ({"rule": "IB075", "reason": "ok", "until": "2027"}, "stacks.s.waivers[0].until", "unknown key 'until'"),
+    ("IB075", "stacks.s.waivers[0]", "expected a mapping"),
 ])
 def test_bad_waivers_are_refused_at_load(tmp_path, waiver, key, reason):
     """Guards issue 11 defect 6: a waiver names a known rule id and gives a non-empty reason."""
@@ -306,7 +313,7 @@ def test_bad_waivers_are_refused_at_load(tmp_path, waiver, key, reason):
 def test_an_unused_waiver_is_reported(tmp_path):
     """Guards issue 11 defect 6: a waiver that waives nothing is itself a warning (IB095), so waivers do not
     rot: --strict fails on it."""
-    file = _waived_spec(tmp_path, [{"rule": "IB041", "reason": "classifiers only"},
+    file = _waived_spec(tmp_path, [{"rule": "IB075", "reason": "classifiers only"},
                                    {"rule": "IB022", "reason": "no FP8 here"}])
     res = run_cli("check", "-f", file)
     assert res.code == 0, res.output
@@ -405,3 +412,16 @@ def test_param_refusals_are_classified(tmp_path):
         with pytest.raises(SpecError) as exc:
             load_spec(file)
         assert exc.value.rule == rule and "s3cr3t" not in exc.value.render(), exc.value.render()
+
+
+def test_an_ngc_month_the_catalog_lacks_is_checked_not_refused_by_its_own_dockerfile(tmp_path):
+    """Guards issue 21 defect 6: a public HF transformers DeepSpeed recipe on NGC 22.12 was refused only
+    because the unknown month was taken for "no CUDA": DeepSpeed rendered without TORCH_CUDA_ARCH_LIST,
+    and lint refused imgbuild's own Dockerfile (IB104). Its CUDA is unknown, so what depends on it is an
+    unknown finding, and nothing is an error."""
+    file = write_spec(tmp_path, {"s": {"base": "ngc-2212", "layers": ["site", "ds"], "gpus": ["H100"]}})
+    res = run_cli("check", "--json", "-f", file)
+    assert res.code == 0, res.output
+    found = json.loads(res.out)["findings"]
+    assert not [f for f in found if f["severity"] == "error"] and "IB104" not in {f["rule"] for f in found}, found
+    assert {"IB001", "IB042"} <= {f["rule"] for f in found if f["severity"] == "unknown"}, found

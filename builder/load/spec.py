@@ -49,6 +49,7 @@ WAIVER_KEYS = {"rule", "reason"}
 RULE_ID = re.compile(r"^IB[0-9]{3}\Z")
 KEY_SHOWN = re.compile(r"^[A-Za-z0-9_.+-]{1,64}\Z")   # an unknown key quoted in a message only if it looks like this
 DEFAULT_REGISTRY = "127.0.0.1:5000"
+UNKNOWN_CUDA = "unknown"   # a CUDA toolkit that is there, of a version nobody knows (Base.cuda)
 DEFAULT_NAMESPACE = "imgbuild"
 
 
@@ -697,7 +698,12 @@ def base_cuda(base: Base, site: Site, lock: Any) -> tuple | None:
         return (base.fact("cuda"), "declared")
     rel = catalog.ngc_release(base.image) if base.family == "ngc-pytorch" else None
     known = rel.fact("cuda") if rel is not None else None
-    return (_as_version(known.value), "catalog") if known is not None else None
+    if known is not None:
+        return (_as_version(known.value), "catalog")
+    # Every NGC PyTorch image carries a CUDA toolkit: a month the catalog lacks has CUDA of an unknown
+    # version, never none (taken for none, DeepSpeed was rendered without TORCH_CUDA_ARCH_LIST and
+    # imgbuild refused its own Dockerfile, IB104).
+    return (UNKNOWN_CUDA, "family") if base.family == "ngc-pytorch" else None
 
 
 def _as_version(value: Any) -> Any:
