@@ -72,7 +72,7 @@ def test_a_failed_check_is_ok_false_with_its_findings(cli, tmp_path):
     res = cli("check", "--strict", "-f", _waived_spec(tmp_path, None), "--json")   # a warning, made an error
     assert res.code == 3, res.output
     body = envelope(res, "check", False)
-    assert body["error"]["kind"] == "preflight" and [f["rule"] for f in body["findings"]] == ["IB041"]
+    assert body["error"]["kind"] == "preflight" and [f["rule"] for f in body["findings"]] == ["IB075"]
 
 
 def test_diff_in_the_envelope(cli, tmp_path):

@@ -9,6 +9,7 @@ asserted, and its line is read from the file the test wrote.
 from __future__ import annotations
 
 import copy
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -242,6 +243,11 @@ FAILS = [
          r"DS_ACCELERATOR='cpu' above layer 'd', whose ops are compiled for CUDA: DeepSpeed would use its cpu "
          r"accelerator", "runtimes.dsenv.params.env.DS_ACCELERATOR",
          extra={"layers": {"d": ds("0.19.8")}, "runtimes": {"dsenv": env(DS_ACCELERATOR="cpu")}}),
+    # Issue 21: was refused by lint with the arch-list message (IB104); the reason is that the op needs CUDA.
+    Fail("ds-cuda-op-on-a-cpu-stack", S("deb", ["cput", "dsf"], gpus=[]), "IB045", "error",
+         r"^fused_adam needs CUDA: DeepSpeed builds it from CUDA kernels with nvcc, and stack 's' has no CUDA "
+         r"toolkit beneath layer 'dsf'", "layers.dsf.params.ops",
+         extra={"layers": {"dsf": ds("0.19.8", ops=("cpu_adam", "fused_adam", "utils"))}}),
     Fail("ds-accelerator-unknown-name", S("deb", ["cput", "ds-cpu"], gpus=[], runtime="dsenv"), "IB044", "error",
          r"DS_ACCELERATOR='CPU' is not an accelerator DeepSpeed knows: ValueError", "runtimes.dsenv.params.env.DS_ACCELERATOR",
          extra={"runtimes": {"dsenv": env(DS_ACCELERATOR="CPU")}}),
@@ -249,8 +255,10 @@ FAILS = [
          "IB044", "error", r"DS_ACCELERATOR='gpu' is not an accelerator DeepSpeed knows",
          "layers.sys-env.params.env.DS_ACCELERATOR",
          extra={"layers": {"sys-env": {"kind": "system-setup", "params": {"env": {"DS_ACCELERATOR": "gpu"}}}}}),
-    Fail("ds-python-classifiers", S("ngc2503", ["site", "d"], gpus=["A100"]), "IB041", "warning",
-         r"DeepSpeed 0\.16\.0 lists Python up to 3\.10; the stack has 3\.12\.3", "layers.d.params.version",
+    # Issue 21: classifiers lag what works (0.16.0 runs on 3.12), so beyond them is unknown, not a warning.
+    Fail("ds-python-classifiers", S("ngc2503", ["site", "d"], gpus=["A100"]), "IB041", "unknown",
+         r"whether DeepSpeed 0\.16\.0 supports Python 3\.12\.3 is not known: its classifiers list Python up to "
+         r"3\.10", "layers.d.params.version",
          extra={"layers": {"d": ds("0.16.0")}}),
     Fail("ds-nvcc-vs-torch-cuda", S("cu126", ["site", "d"]), "IB042", "error",
          r"DeepSpeed 0\.15\.4 refuses to build: nvcc 12\.8 does not match the CUDA torch was built with \(12\.6\)",
@@ -395,7 +403,12 @@ PASSES = [
      {"layers": {"d": ds("0.19.8")}}, None),
     ("IB060 IB061 IB062 IB063 IB064 IB065", S("fresh", ["site", "te-shipped"], project="mc16"), {}, None),
     ("IB061 IB062", S("ngc2509", ["site"], project="mc17"), {}, None),
-    ("IB070 IB075", S("deb", ["cput", "ds-cpu"], gpus=[]), {}, None),
+    ("IB070 IB075 IB045", S("deb", ["cput", "ds-cpu"], gpus=[]), {}, None),
+    # Host-code ops on a CPU stack, and CUDA ops above a CUDA toolkit from PyPI.
+    ("IB045 IB104", S("deb", ["cput", "dsh"], gpus=[]),
+     {"layers": {"dsh": ds("0.19.8", ops=("cpu_adam", "cpu_adagrad", "cpu_lion", "async_io", "deepspeed_shm_comm",
+                                          "utils", "pin_memory"))}}, None),
+    ("IB045", S("deb", ["pt211", "nvcc130", "d"], gpus=["H100"]), {"layers": {"d": ds("0.19.8")}}, None),
     # cpu-smoke's case: DeepSpeed built for CPU, and DS_ACCELERATOR=cpu above it.
     ("IB044", S("deb", ["cput", "ds-cpu"], gpus=[], runtime="dsenv"), {"runtimes": {"dsenv": env(DS_ACCELERATOR="cpu")}}, None),
     ("IB044", S("ngc2509", ["site", "d"], runtime="dsenv"),
@@ -529,6 +542,17 @@ def test_check_refuses_with_exit_3_naming_stack_key_rule_and_source(tmp_path):
     assert "fact (declared, unverified): 13.0.1" not in res.out  # nothing declared: the catalog's CUDA
     assert "fact (catalog, verified): 13.0.1 (catalog: NGC PyTorch 25.09" in res.out
     assert res.err.startswith(f"preflight: {file}: ") and "error(s)" in res.err and "Traceback" not in res.err
+
+
+def test_a_cuda_op_on_a_cpu_stack_is_refused_for_that_reason_alone(tmp_path):
+    """Issue 21: `check` refused this with "compiled without TORCH_CUDA_ARCH_LIST" (IB104 on the rendered
+    Dockerfile), which no stacks.yaml value can fix on a CPU stack. Now one error, saying the op needs CUDA."""
+    file = write_stacks(tmp_path, spec_data(S("deb", ["cput", "dsf"], gpus=[]),
+                                            {"layers": {"dsf": ds("0.19.8", ops=("cpu_adam", "fused_adam"))}}))
+    res = run_cli("check", "--json", "-f", file)
+    assert res.code == 3, res.output
+    errors = [(f["rule"], f["key"]) for f in json.loads(res.out)["findings"] if f["severity"] == "error"]
+    assert errors == [("IB045", "layers.dsf.params.ops")], res.out
 
 
 def test_check_strict_fails_on_a_warning(tmp_path):

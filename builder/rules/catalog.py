@@ -220,6 +220,17 @@ def ds_arch_variant() -> dict:
     return dict(_data()["deepspeed"]["arch_variant"])
 
 
+def ds_host_ops() -> Known:
+    """The DeepSpeed ops built from host C++ alone (no CUDA, no arch list), as op names."""
+    rec = _data()["deepspeed"]["host_ops"]
+    return Known(tuple(rec["ops"]), rec["source"], bool(rec["verified"]))
+
+
+def ds_build_var(op: str) -> str:
+    """The DS_BUILD_* variable of an op, as the deepspeed kind's fragment writes it."""
+    return "DS_BUILD_" + {"async_io": "AIO", "deepspeed_shm_comm": "SHM_COMM"}.get(op, op.upper())
+
+
 def ds_accelerator() -> dict:
     return dict(_data()["deepspeed"]["accelerator"])
 

@@ -38,7 +38,8 @@ GENCODE = re.compile(r"(?:arch=compute_|code=sm_)(\d+a?)")
 # '+cu12torch2.6' is how flash-attn names its wheels.
 CUDA_FLAVOUR = re.compile(r"(?:-cu(\d{2,3})\b|^cupy-cuda(\d+)x\b|\+cu(\d{2,3})(?:\b|(?=torch))|/whl/cu(\d{2,3})\b)")
 TORCH_FAMILY = {"torch", "torchvision", "torchaudio"}
-CPU_DS_OPS = {"CPU_ADAM", "CPU_ADAGRAD", "CPU_LION", "AIO", "SHM_COMM"}   # host code only: no arch list
+# DS_BUILD_ suffixes of the ops built from host code only (no nvcc): they need no arch list.
+CPU_DS_OPS = {catalog.ds_build_var(op)[len("DS_BUILD_"):] for op in catalog.ds_host_ops().value}
 # Commands whose failure changes nothing a build relies on: cleanup and diagnostics. `X || true` is harmless.
 HARMLESS = {"rm", "rmdir", "unlink", "ls", "find", "du", "df", "cat", "echo", "printf", "which", "type", "test", "[",
             "nvidia-smi", "pkill", "kill", "killall", "umount", "ldconfig", "sync", "true"}
@@ -55,7 +56,8 @@ PATTERNS = {rule: f"fragile_patterns.md {text}" for rule, text in {
     "IB107": "4 (silent failure)", "IB108": "5 (mismatched CUDA flavours)", "IB109": "2 (replacing the base's torch)",
     "IB110": "6 (secrets and credentials baked in)", "IB112": "1 (floating refs: a base by tag)",
     "IB113": "1 and 6 (a fetched script run unverified as root: it runs whatever the server returns)",
-    "IB114": "6 (secrets baked in: a private key generated into a layer)"}.items()}
+    "IB114": "6 (secrets baked in: a private key generated into a layer)",
+    "IB115": "3 (compiled parts left out: Apex built without its CUDA extensions)"}.items()}
 
 
 def arch_set(value: str) -> frozenset | None:
@@ -514,6 +516,42 @@ def generated_key(ctx: Context) -> None:
                     "starts (entrypoint), or mount them at run time; for the build, RUN --mount=type=ssh")
 
 
+# A pip install whose target is Apex: NVIDIA's repository (git URL or a checkout of it named apex), or a
+# folder entered with `cd apex` and installed as `.` / `./`.
+APEX_TARGET = re.compile(r"github\.com/nvidia/apex\b|(?:^|[\s/=])apex/?(?:\s|$|#|@)|\bcd\s+\S*apex\S*\s*(?:&&|;)[^;&|]*"
+                         r"\bpip3?\b[^;&|]*\binstall\b[^;&|]*\s\.?/?(?:\s|$)", re.I)
+APEX_CUDA = re.compile(r"--cuda_ext|\bAPEX_CUDA_EXT=|\bAPEX_ALL_CONTRIB_EXT=1")
+
+
+@dockerfile_rule
+def apex_python_only(ctx: Context) -> None:
+    """IB115: Apex installed with no word of its CUDA extensions (neither --cuda_ext nor APEX_CUDA_EXT):
+    its setup.py then builds a Python-only Apex, without FusedAdam, FusedLayerNorm or amp_C, and the image
+    imports `apex` fine until a training script asks for a fused op. APEX_CUDA_EXT=0 is a choice, not a
+    finding."""
+    for ins in ctx.instructions:
+        if ins.keyword != "RUN":
+            continue
+        code = ctx.code[id(ins)]
+        installs = [m for m in re.finditer(r"\b(?:pip3?(?:\.\d+)?|uv pip|-m pip)\s+(?:-\S+\s+)*install\b[^;&|\n]*",
+                                           code)]
+        target = APEX_TARGET.search(code)
+        if not target or not installs or re.search(r"\bpip3?\s+uninstall\b[^;&|]*apex", code, re.I) and \
+                not any(APEX_TARGET.search(m.group(0)) for m in installs):
+            continue
+        if APEX_CUDA.search(code) or "APEX_CUDA_EXT" in ctx.scope(ins):
+            continue
+        # The line shown: Apex's URL or folder in the install, else the install that follows the checkout.
+        inside = any(m.start() <= target.start() < m.end() for m in installs)
+        at = target.start() if inside else next((m.start() for m in installs if m.start() > target.start()),
+                                                 installs[0].start())
+        ctx.add("IB115", "warning", ins, at, "Apex is installed without its CUDA extensions (no "
+                "--cuda_ext, no APEX_CUDA_EXT=1): setup.py builds a Python-only Apex, without FusedAdam, "
+                "FusedLayerNorm or amp_C, and `import apex` still works",
+                "build it with APEX_CPP_EXT=1 APEX_CUDA_EXT=1 pip install -v --no-build-isolation . (and "
+                "TORCH_CUDA_ARCH_LIST); write APEX_CUDA_EXT=0 if a Python-only Apex is what you want")
+
+
 def _base(instructions: list[Instruction]) -> tuple[Version | None, bool | None, str | None]:
     """CUDA, whether torch is there and its version, from the first FROM (ARG defaults put in): an NGC month
     from the catalog, nvidia/cuda's tag, pytorch/pytorch's tag; else ENV CUDA_VERSION."""
@@ -605,6 +643,8 @@ def lint_rendered(spec: Spec, plan, lock=None) -> list[Finding]:
                 # A swap stacks.yaml declares, with its reason, in this layer or beneath: preflight judges
                 # it and what sits on it from the facts (IB070, IB071).
                 continue
+            if f.rule == "IB104" and not stack.cuda_beneath(node.layer):
+                continue   # CUDA code asked for where no CUDA is: preflight says so (IB045); no arch list helps
             key = (node.layer.section, node.layer.name)
             out.append(Finding(rule=f.rule, severity=f.severity, file=spec.file, line=node.layer.line, key=dotted(key),
                                stack=stack.name, message=f"rendered Dockerfile line {f.line}: {f.message}",

@@ -349,6 +349,26 @@ def ds_accelerator(ctx: Ctx) -> Iterator[Finding]:
                        fix="remove DS_ACCELERATOR from this layer (the deepspeed layer sets cuda), or set it to cuda")
 
 
+@rule("IB045", "DeepSpeed CUDA ops on a stack without CUDA")
+def ds_cuda_ops_without_cuda(ctx: Ctx) -> Iterator[Finding]:
+    """An op built from CUDA kernels (fused_adam, transformer, ...) asked of DeepSpeed where no CUDA toolkit
+    is beneath it: nvcc is not there to compile it. The real reason, not the arch list lint would miss
+    (IB104), which no stacks.yaml value could supply on a CPU stack."""
+    host = catalog.ds_host_ops()
+    for layer in ctx.stack.chain:
+        if "deepspeed" not in layer.kind.provides or "ops" not in dict(layer.params):
+            continue
+        cuda_ops = [op for op in layer.param("ops") if op not in host.value]
+        if not cuda_ops or ctx.stack.cuda_beneath(layer):
+            continue
+        yield ctx.find("IB045", "error", ctx.layer_key(layer, "ops"),
+                       f"{', '.join(cuda_ops)} {'needs' if len(cuda_ops) == 1 else 'need'} CUDA: DeepSpeed builds "
+                       f"{'it' if len(cuda_ops) == 1 else 'them'} from CUDA kernels with nvcc, and stack "
+                       f"{ctx.stack.name!r} has no CUDA toolkit beneath layer {layer.name!r} (a CPU stack)",
+                       known=host, fix="leave them out of ops (built from host code: " + ", ".join(host.value)
+                       + "), or build on a base with CUDA or above a cuda-toolkit-pip layer")
+
+
 @rule("IB041", "DeepSpeed and Python (setup.py classifiers)")
 def ds_python(ctx: Ctx) -> Iterator[Finding]:
     layer, ds, python = ctx.facts.providers.get("deepspeed"), ctx.facts.version("deepspeed"), ctx.facts.get("python")
@@ -361,9 +381,13 @@ def ds_python(ctx: Ctx) -> Iterator[Finding]:
             yield ctx.unknown("IB041", ctx.layer_key(layer, "version"), f"whether DeepSpeed {ds} supports Python "
                               f"{py} is not known (classifiers read up to 0.19.5, listing 3.12 at most)")
     elif py > Version(top.value):
-        yield ctx.find("IB041", "warning", ctx.layer_key(layer, "version"), f"DeepSpeed {ds} lists Python up to "
-                       f"{top.value}; the stack has {python.value} (classifiers only: not enforced by pip)",
-                       [python], top, fix="use a DeepSpeed release that lists this Python (0.16.3+ lists 3.12)")
+        # Classifiers lag what works (0.16.0 runs on 3.12): they are no evidence of a breakage, so this is
+        # an unknown, not a warning that --strict fails on. Known breakages are IB037 and its kin.
+        yield ctx.find("IB041", "unknown", ctx.layer_key(layer, "version"), f"whether DeepSpeed {ds} supports "
+                       f"Python {python.value} is not known: its classifiers list Python up to {top.value} (metadata "
+                       "only, pip does not enforce it) and the catalog knows of no breakage of the two",
+                       [python], top, fix="run its checks in the image (imgbuild build validates the import); "
+                       "0.16.3+ lists 3.12")
 
 
 @rule("IB042", "DeepSpeed op builds: nvcc vs torch's CUDA")
