@@ -130,6 +130,12 @@ MISSED = [
            "IB114", "error", r"private key generated into the layer"),
     Missed("ssh-host-keys", NGC + "RUN apt-get install -y openssh-server=1:8.9p1-3 && ssh-keygen -A  # <==\n",
            "IB114", "error", r"private key generated into the layer"),
+    Missed("apex-python-only-git-url", NGC + "RUN pip install -v --no-build-isolation \\\n"
+           "    git+https://github.com/NVIDIA/apex.git@810ffae374a2b9cb4b5c5e28eaeca7d7998fca0c  # <==\n",
+           "IB115", "warning", r"Apex is installed without its CUDA extensions"),
+    Missed("apex-python-only-checkout", NGC + "RUN git clone https://github.com/NVIDIA/apex /apex && cd /apex \\\n"
+           " && git checkout 810ffae374a2b9cb4b5c5e28eaeca7d7998fca0c && pip install -v --no-build-isolation .  # <==\n",
+           "IB115", "warning", r"Python-only Apex"),
     Missed("conda-unpinned", NGC + "RUN conda install -y -c conda-forge numba  # <==\n",
            "IB103", "error", r"conda installs 'numba' without an exact version"),
     Missed("mamba-prefix-pin", NGC + "RUN mamba create -y -n py python=3.10  # <==\n",
@@ -173,7 +179,24 @@ def test_a_missed_fragile_pattern_is_found(case):
 
 def test_new_rules_are_documented():
     from builder.rules.lint import PATTERNS
-    assert {"IB113", "IB114"} <= set(PATTERNS)
+    assert {"IB113", "IB114", "IB115"} <= set(PATTERNS)
+
+
+@pytest.mark.parametrize("run", [
+    "cd /apex && APEX_CPP_EXT=1 APEX_CUDA_EXT=1 pip install -v --no-build-isolation .",
+    'cd /apex && pip install -v --no-build-isolation --config-settings "--build-option=--cuda_ext" ./',
+    "cd apex && pip install -v --global-option=--cpp_ext --global-option=--cuda_ext ./",
+    "cd /apex && APEX_CUDA_EXT=0 pip install .",      # a Python-only Apex, asked for in so many words
+    "pip uninstall -y apex",
+    "cd /megatron && pip install .",
+])
+def test_apex_with_its_cuda_extensions_or_a_stated_choice_is_not_flagged(run):
+    assert not [r for r in rules(NGC + f"RUN {run}\n") if r.startswith("IB115")]
+
+
+def test_apex_cuda_ext_from_an_env_of_the_stage_counts():
+    assert not [r for r in rules(NGC + "ENV APEX_CUDA_EXT=1\nRUN cd /apex && pip install --no-build-isolation .\n")
+                if r.startswith("IB115")]
 
 
 def test_a_git_url_held_in_an_arg_and_uv_python_are_read():
