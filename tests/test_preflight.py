@@ -243,6 +243,13 @@ FAILS = [
          r"DS_ACCELERATOR='cpu' above layer 'd', whose ops are compiled for CUDA: DeepSpeed would use its cpu "
          r"accelerator", "runtimes.dsenv.params.env.DS_ACCELERATOR",
          extra={"layers": {"d": ds("0.19.8")}, "runtimes": {"dsenv": env(DS_ACCELERATOR="cpu")}}),
+    # Issue 21: 0.19.99 and 0.42.0 passed `check --strict` with no finding; beyond the catalog is unknown.
+    Fail("ds-version-beyond-the-catalog", S("deb", ["cput", "dsx"], gpus=[]), "IB002", "unknown",
+         r"^deepspeed 0\.19\.99 is newer than any release the catalog knows \(up to 0\.19\.8\)", "layers.dsx.params.version",
+         extra={"layers": {"dsx": ds("0.19.99", ops=("cpu_adam",))}}),
+    Fail("te-version-beyond-the-catalog", S("ngc2509", ["site", "tex"]), "IB002", "unknown",
+         r"^transformer_engine 4\.0\.0 is newer than any release", "layers.tex.params.version",
+         extra={"layers": {"tex": {"kind": "transformer-engine", "params": {"version": "4.0.0"}}}}),
     # Issue 21: was refused by lint with the arch-list message (IB104); the reason is that the op needs CUDA.
     Fail("ds-cuda-op-on-a-cpu-stack", S("deb", ["cput", "dsf"], gpus=[]), "IB045", "error",
          r"^fused_adam needs CUDA: DeepSpeed builds it from CUDA kernels with nvcc, and stack 's' has no CUDA "
@@ -403,7 +410,7 @@ PASSES = [
      {"layers": {"d": ds("0.19.8")}}, None),
     ("IB060 IB061 IB062 IB063 IB064 IB065", S("fresh", ["site", "te-shipped"], project="mc16"), {}, None),
     ("IB061 IB062", S("ngc2509", ["site"], project="mc17"), {}, None),
-    ("IB070 IB075 IB045", S("deb", ["cput", "ds-cpu"], gpus=[]), {}, None),
+    ("IB070 IB075 IB045 IB002", S("deb", ["cput", "ds-cpu"], gpus=[]), {}, None),
     # Host-code ops on a CPU stack, and CUDA ops above a CUDA toolkit from PyPI.
     ("IB045 IB104", S("deb", ["cput", "dsh"], gpus=[]),
      {"layers": {"dsh": ds("0.19.8", ops=("cpu_adam", "cpu_adagrad", "cpu_lion", "async_io", "deepspeed_shm_comm",

@@ -220,6 +220,12 @@ def ds_arch_variant() -> dict:
     return dict(_data()["deepspeed"]["arch_variant"])
 
 
+def newest_known(field: str) -> Known | None:
+    """The newest release the catalog knows of a version field (deepspeed, megatron, ...), or None."""
+    rec = _data()["newest_known"].get(field)
+    return Known(rec["version"], rec["source"], bool(rec["verified"])) if rec else None
+
+
 def ds_host_ops() -> Known:
     """The DeepSpeed ops built from host C++ alone (no CUDA, no arch list), as op names."""
     rec = _data()["deepspeed"]["host_ops"]

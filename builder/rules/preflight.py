@@ -157,6 +157,22 @@ def driver_floor(ctx: Ctx) -> Iterator[Finding]:
                    fix=f"use a base whose CUDA this driver runs, or raise the driver to {lowest} or newer")
 
 
+@rule("IB002", "a version newer than the catalog knows")
+def newer_than_known(ctx: Ctx) -> Iterator[Finding]:
+    """A declared version beyond the newest release the catalog was read through may not exist (a typo such
+    as 0.19.99 or 0.42.0 passed `check --strict` in silence), and no fact of the catalog speaks for it: an
+    unknown, not a pass. The index has the answer: resolving the lock fails on a version it does not have."""
+    for name, fact in sorted(ctx.facts.facts.items()):
+        newest = catalog.newest_known(name)
+        if newest is None or fact.origin != "declared" or not isinstance(fact.value, Version):
+            continue
+        if fact.value.release > Version(newest.value).release:
+            yield ctx.find("IB002", "unknown", fact.key, f"{name} {fact.value} is newer than any release the "
+                           f"catalog knows (up to {newest.value}): it may not exist, and no known fact speaks for it",
+                           known=newest, fix="check the version on the index (imgbuild lock resolves it there); "
+                           "a newer catalog knows more")
+
+
 @rule("IB010", "target GPU newer than the base's CUDA")
 def gpu_too_new(ctx: Ctx) -> Iterator[Finding]:
     cuda = ctx.facts.get("cuda")
