@@ -648,32 +648,52 @@ def probe(target: str = typer.Argument(..., help="base=NAME, or layer=NAME (its 
 
 @app.command(name="lock")
 def lock_cmd(targets: Optional[List[str]] = typer.Argument(
-                 None, help="base=NAME or layer=NAME (repeatable; default every base)."),
+                 None, help="base=NAME, layer=NAME or python=LAYER (repeatable; default every base)."),
              file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
+             check: bool = typer.Option(False, "--check", help="Change nothing; exit 1 if an entry of the lock "
+                                        "file is stale for the stacks file (CI's generate job runs this)."),
              docker: Optional[str] = typer.Option(None, "--docker"), as_json: bool = JsonOpt) -> None:
-    """Resolve each base's digest and measure it, and measure the built image of each named layer (a
-    layer that makes a base of its own: CUDA and torch from PyPI); write stacks.lock.yaml beside the
-    stacks file."""
+    """Resolve each base's digest and measure it, measure the built image of each named layer (a layer that
+    makes a base of its own: CUDA and torch from PyPI), and resolve with pip what each python=LAYER
+    installs, every distribution with its sha256; write stacks.lock.yaml beside the stacks file."""
     from builder.ship.engine import Engine
     from builder.ship.lock import lock as run_lock
     json_mode("lock", as_json)
     spec = load_spec(file, kinds=kinds or None)
-    bases, layers = [], []
+    if check:
+        from builder.plan.lockfile import stale_entries
+        stale = stale_entries(spec)
+        for line in stale:
+            echo(f"stale: {line}")
+        if stale:
+            reply({"stale": stale, "error": {"kind": "stale-lock", "reason": f"{len(stale)} stale entr"
+                                             f"{'y' if len(stale) == 1 else 'ies'}", "file": spec.file}},
+                  ok=False, code=1)
+            raise typer.Exit(1)
+        from builder.plan.lockfile import lock_path
+        echo(f"ok: {lock_path(spec.file)} is current for {spec.file}")
+        reply({"stale": []})
+        return
+    bases, layers, python = [], [], []
     for item in targets or [f"base={b}" for b in spec.bases]:
         key, _, name = item.partition("=")
         if key == "base" and name in spec.bases:
             bases.append(name)
         elif key == "layer" and name in spec.layers:
             layers.append(name)
+        elif key == "python" and name in spec.layers:
+            python.append(name)
         else:
-            raise SpecError(f"cannot read {item!r}: name bases as base=NAME and layers as layer=NAME",
-                            hint="bases: " + ", ".join(spec.bases))
-    path, failures = run_lock(spec, bases, Engine.detect(docker), say=lambda line: echo(line), layers=layers)
+            raise SpecError(f"cannot read {item!r}: name bases as base=NAME and layers as layer=NAME or python=NAME",
+                            hint="bases: " + ", ".join(spec.bases) + "; layers: " + ", ".join(spec.layers))
+    path, failures = run_lock(spec, bases, Engine.detect(docker), say=lambda line: echo(line), layers=layers,
+                              python=python)
+    total = len(bases) + len(layers) + len(python)
     if failures:
-        raise failures[0].__class__(f"{len(failures)} of {len(bases) + len(layers)} target(s) not locked (see above); "
+        raise failures[0].__class__(f"{len(failures)} of {total} target(s) not locked (see above); "
                                     f"{path} holds the others", hint=failures[0].hint)
-    echo(f"ok: {path}: {len(bases)} base(s) and {len(layers)} layer(s) locked")
-    reply({"path": str(path), "bases": bases, "layers": layers})
+    echo(f"ok: {path}: {len(bases)} base(s), {len(layers)} layer(s) and {len(python)} Python set(s) locked")
+    reply({"path": str(path), "bases": bases, "layers": layers, "python": python})
 
 
 def _polish() -> None:

@@ -1,5 +1,6 @@
 """stacks.lock.yaml: what each base resolved to (its digest) and what `imgbuild lock` measured inside it,
-and the same for layers whose image is a base in all but name (`lock layer=NAME`).
+the same for layers whose image is a base in all but name (`lock layer=NAME`), and every distribution
+each layer's pip commands install, resolved and hashed (`lock python=NAME`, builder.ship.resolve).
 
 Only reading lives here (plan, preflight and the base resolver read it without an engine); probing
 and writing are `builder.ship.lock`.
@@ -10,7 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import re
+
 import yaml
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from builder.errors import SpecError
 
@@ -37,10 +42,35 @@ class LockedLayer:
 
 
 @dataclass(frozen=True)
+class LockedDist:
+    name: str
+    version: str
+    sha256: str | None   # None: a local source folder the layer builds (no artifact to hash)
+    url: str
+    requested: bool
+
+
+@dataclass(frozen=True)
+class LockedPython:
+    """What a layer's pip commands install, each command's set in order, as pip resolved it on `parent`
+    (the image beneath the layer in `stack`). Valid while `definition` is what stacks.yaml defines now."""
+    stack: str
+    parent: str
+    definition: str
+    resolved: str
+    steps: tuple    # tuple (per pip command) of tuple of LockedDist
+
+    def dists(self) -> dict:
+        """Every distribution the layer installs: canonical name -> LockedDist (a later command wins)."""
+        return {canonicalize_name(d.name): d for step in self.steps for d in step}
+
+
+@dataclass(frozen=True)
 class Lock:
     file: str
     bases: dict     # base name -> LockedBase
     layers: dict = field(default_factory=dict)   # layer name -> LockedLayer
+    python: dict = field(default_factory=dict)   # layer name -> LockedPython
 
     def base_digest(self, base, site) -> str | None:
         """The digest the lock resolved `base` to, where its entry is for the base as named now."""
@@ -67,14 +97,65 @@ def load_lock(spec_file: str | Path) -> Lock | None:
         layers = {name: LockedLayer(image=str(rec["image"]), digest=str(rec["digest"]), probed=str(rec["probed"]),
                                     definition=str(rec["definition"]), facts=_facts(rec))
                   for name, rec in (data.get("layers") or {}).items()}
+        python = {str(name): _python(rec) for name, rec in (data.get("python") or {}).items()}
     except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise SpecError(f"not a lock file imgbuild wrote: {exc}", file=str(path),
                         hint="delete it and run imgbuild lock again") from None
-    return Lock(file=str(path), bases=bases, layers=layers)
+    return Lock(file=str(path), bases=bases, layers=layers, python=python)
+
+
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+
+
+def _python(rec: dict) -> LockedPython:
+    steps = []
+    for step in rec["steps"]:
+        dists = []
+        for d in step:
+            name, version, digest = str(d["name"]), str(d["version"]), d.get("sha256")
+            canonicalize_name(name, validate=True)
+            Version(version)
+            if digest is not None and not SHA256.match(str(digest)):
+                raise ValueError(f"{name} {version}: sha256 {str(digest)[:80]!r} is not 64 hex digits")
+            dists.append(LockedDist(name=name, version=version, sha256=digest, url=str(d["url"]),
+                                    requested=bool(d.get("requested"))))
+        steps.append(tuple(dists))
+    return LockedPython(stack=str(rec["stack"]), parent=str(rec["parent"]), definition=str(rec["definition"]),
+                        resolved=str(rec["resolved"]), steps=tuple(steps))
+
+
+def stale_entries(spec) -> list[str]:
+    """What of the lock file no longer stands for the stacks file, a line each: a base entry probed from
+    another image, a layer or Python entry whose layer, a layer beneath it or the base changed (its
+    definition), or whose layer or stack is gone. No lock file at all is one line too."""
+    lock = load_lock(spec.file)
+    if lock is None:
+        return [f"{lock_path(spec.file)}: no lock file (imgbuild lock writes it)"]
+    out = []
+    for name, entry in lock.bases.items():
+        base = spec.bases.get(name)
+        if base is None:
+            out.append(f"bases.{name}: no such base in {spec.file}")
+        elif not base.locked_by(entry, spec.site):
+            out.append(f"bases.{name}: probed from {entry.image}@{entry.digest}, not the base stacks.yaml names now")
+    for section, entries in (("layers", lock.layers), ("python", lock.python)):
+        for name, entry in entries.items():
+            stack = getattr(entry, "stack", None)
+            stacks = [spec.stacks[stack]] if stack in spec.stacks else \
+                [s for s in spec.stacks.values() if name in [d.name for d in s.chain]][:1]
+            if not stacks or name not in [d.name for d in stacks[0].chain]:
+                out.append(f"{section}.{name}: layer {name!r} is in no stack's chain" + (f" ({stack})" if stack else ""))
+                continue
+            now = stacks[0].layer_definition(name, lock.base_digest(stacks[0].base, spec.site))
+            if entry.definition != now:
+                out.append(f"{section}.{name}: the layer, a layer beneath it or its base changed since it was "
+                           f"{'resolved' if section == 'python' else 'measured'}; run imgbuild lock "
+                           f"{'python' if section == 'python' else 'layer'}={name}")
+    return out
 
 
 def _facts(rec: dict) -> dict:
     return {k: None if v is None else str(v) for k, v in (rec.get("facts") or {}).items()}
 
 
-__all__ = ["Lock", "LockedBase", "LockedLayer", "LOCK_VERSION", "load_lock", "lock_path"]
+__all__ = ["Lock", "LockedBase", "LockedDist", "LockedLayer", "LockedPython", "LOCK_VERSION", "load_lock", "lock_path", "stale_entries"]

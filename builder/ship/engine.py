@@ -51,6 +51,7 @@ class BuildRequest:
     secrets: dict = field(default_factory=dict)   # id -> host file path (never the value)
     cache_from: Sequence[str] = ()
     network: str | None = None    # docker build --network (HostConf.network)
+    output: Path | None = None    # write the result's files to this folder instead of making an image
 
 
 @dataclass
@@ -116,8 +117,12 @@ class Engine:
     # -- builds ------------------------------------------------------------------------------
 
     def build_argv(self, req: BuildRequest) -> list[str]:
-        argv = [self.cli] + (["buildx", "build", "--load"] if self.mode == "buildx" else ["build"])
-        argv += ["--progress=plain", "--file", str(req.dockerfile), "--tag", req.tag]
+        argv = [self.cli] + (["buildx", "build"] if self.mode == "buildx" else ["build"])
+        if req.output is not None:
+            argv += ["--output", f"type=local,dest={req.output}"]
+        else:
+            argv += (["--load"] if self.mode == "buildx" else []) + ["--tag", req.tag]
+        argv += ["--progress=plain", "--file", str(req.dockerfile)]
         for key, value in sorted(req.build_args.items()):
             argv += ["--build-arg", f"{key}={value}"]
         for key, value in sorted(req.labels.items()):
@@ -129,7 +134,7 @@ class Engine:
         if req.network:
             argv += ["--network", req.network]
         # Inline cache metadata lets another machine reuse these layers with --cache-from.
-        argv += ["--build-arg", "BUILDKIT_INLINE_CACHE=1", str(req.context)]
+        argv += (["--build-arg", "BUILDKIT_INLINE_CACHE=1"] if req.output is None else []) + [str(req.context)]
         return argv
 
     def build(self, req: BuildRequest, log: Path, progress: Callable[[str], None] = lambda line: None) -> None:
@@ -162,7 +167,8 @@ class Engine:
                     _LIVE.discard(proc)
         if rc != 0:
             tail = clean_tail(log.read_text(errors="replace").strip().splitlines())[-15:]
-            raise EngineError(f"build of {req.tag} failed (exit {rc}); last lines:\n    " + "\n    ".join(tail),
+            raise EngineError(f"build of {req.tag or req.dockerfile.name} failed (exit {rc}); last lines:\n    "
+                              + "\n    ".join(tail),
                               hint=f"full log: {log}")
 
     # -- images and containers ---------------------------------------------------------------

@@ -20,6 +20,9 @@ import yaml
 
 from builder.load import versions
 from builder.ship.bases import resolve
+from builder.ship.hostconf import HostConf
+from builder.ship.pipeline import assemble_context
+from builder.ship.resolve import resolve_layer, stamp
 from builder.ship.checks import PROBE
 from builder.ship.engine import Engine
 from builder.errors import EngineError, ImgbuildError, SpecError
@@ -95,17 +98,47 @@ def layer_image(spec: Spec, stack, name: str, base_digest: str) -> tuple[str, st
     return f"{spec.site.registry}/{repo}:{node.short}", digest
 
 
+def python_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log: Path,
+                 progress: Callable[[str], None] = lambda line: None) -> dict:
+    """Resolve what layer `name`'s pip commands install on the image beneath it (builder.ship.resolve),
+    as a lock file entry. The image beneath must be in the registry: the base by its digest, or the layer
+    beneath by its key (built first, with `imgbuild build`)."""
+    stack = stack_of(spec, name)
+    base_digest = resolve(spec, [stack.name]).require()[stack.base.name]
+    plan = make_plan(spec, [stack.name], {stack.base.name: base_digest})
+    chain = plan.chain(stack.name)
+    node = next(n for n in chain if n.name == name)
+    if node.parent is None:
+        parent_ref = node.base_ref
+    else:
+        below = plan.nodes[node.parent]
+        repo = layer_repo(spec.site.namespace, below.name)
+        digest = Registry(spec.site.registry).verified_digest(repo, below.short)
+        if not digest:
+            raise SpecError(f"layer {name!r} is resolved on the image beneath it, {below.name!r} ({below.short[:12]}), "
+                            f"which is not in {spec.site.registry}", hint=f"build it first: imgbuild build stack={stack.name}")
+        parent_ref = f"{spec.site.registry}/{repo}@{digest}"
+    with tempfile.TemporaryDirectory(prefix="imgbuild-resolve-context-") as tmp:
+        context = assemble_context(node, hostconf, Path(tmp) / "context")
+        steps = resolve_layer(engine, node.dockerfile, context, parent_ref, node.build_args, hostconf, log, progress)
+    return {"stack": stack.name, "parent": parent_ref, "definition": stack.layer_definition(name, base_digest),
+            "resolved": stamp(), "steps": [[asdict(d) for d in step] for step in steps]}
+
+
 def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None],
-         layers: list[str] = ()) -> tuple[Path, list[ImgbuildError]]:
-    """Resolve and probe each named base, and each named layer's image in the registry, then write the
-    lock file (atomically; entries of others kept). A layer's base is locked with it: the layer's entry
-    stands for that base digest. Returns the path and the failures (a failed entry keeps its old one)."""
+         layers: list[str] = (), python: list[str] = (), hostconf: HostConf | None = None,
+         log_dir: Path | None = None) -> tuple[Path, list[ImgbuildError]]:
+    """Resolve and probe each named base, and each named layer's image in the registry, resolve what each
+    layer of `python` installs with pip, then write the lock file (atomically; entries of others kept). A
+    layer's base is locked with it: the layer's entry stands for that base digest. Returns the path and
+    the failures (a failed entry keeps its old one)."""
     old = load_lock(spec.file)
     entries = {name: asdict(rec) for name, rec in (old.bases if old else {}).items()}
     layer_entries = {name: asdict(rec) for name, rec in (old.layers if old else {}).items()}
+    python_entries = {name: _plain_python(rec) for name, rec in (old.python if old else {}).items()}
     failures: list[ImgbuildError] = []
-    users = {name: stack_of(spec, name) for name in layers}
-    bases = list(dict.fromkeys([*bases, *(users[name].base.name for name in layers)]))
+    users = {name: stack_of(spec, name) for name in [*layers, *python]}
+    bases = list(dict.fromkeys([*bases, *(users[name].base.name for name in [*layers, *python])]))
     for name in bases:
         base = spec.bases[name]
         stacks = [s for s, st in spec.stacks.items() if st.base.name == name]
@@ -138,11 +171,27 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
                                "probed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                "definition": stack.layer_definition(name, base_digest), "facts": facts}
         say(f"{name}: {ref} ({digest[:19]}): " + ", ".join(f"{k} {v}" for k, v in facts.items() if v is not None))
+    for name in python:
+        log = (log_dir or Path(tempfile.gettempdir())) / f"resolve-{name}.log"
+        say(f"{name}: resolving its pip commands on the image beneath it (log {log})")
+        try:
+            entry = python_entry(spec, name, engine, hostconf or HostConf.from_env(), log)
+        except ImgbuildError as exc:
+            failures.append(exc)
+            say(f"{name}: not locked: {exc.message}")
+            continue
+        python_entries[name] = entry
+        dists = [d for step in entry["steps"] for d in step]
+        say(f"{name}: {len(dists)} distribution(s) on {entry['parent']}: "
+            + ", ".join(f"{d['name']}=={d['version']}" for d in dists))
     path = lock_path(spec.file)
     data = {"version": LOCK_VERSION, "bases": dict(sorted(entries.items()))}
     if layer_entries:
         data["layers"] = dict(sorted(layer_entries.items()))
-    text = ("# Written by `imgbuild lock`: what each base resolved to and what was measured inside it.\n"
+    if python_entries:
+        data["python"] = dict(sorted(python_entries.items()))
+    text = ("# Written by `imgbuild lock`: what each base resolved to and what was measured inside it, and what\n"
+            "# each layer's pip commands install (python:, with each artifact's sha256).\n"
             "# null: measured, not installed; a fact that is missing was not measured. Do not edit.\n"
             + yaml.safe_dump(data, sort_keys=False))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".stacks.lock.")
@@ -150,3 +199,8 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
         f.write(text)
     os.replace(tmp, path)
     return path, failures
+
+
+def _plain_python(rec) -> dict:
+    return {"stack": rec.stack, "parent": rec.parent, "definition": rec.definition, "resolved": rec.resolved,
+            "steps": [[asdict(d) for d in step] for step in rec.steps]}

@@ -1,0 +1,152 @@
+"""`imgbuild lock python=LAYER`: every distribution a layer's pip steps install, resolved by pip's own
+resolver where the build runs them, with the sha256 of each artifact, recorded in stacks.lock.yaml.
+
+Why pip's resolver, run by BuildKit on the layer's own Dockerfile, and not uv from outside the image:
+- It sees exactly what the parent image holds, not a description of it: NGC's pip constraint file, a
+  pre-release torch, the packages of every layer beneath. pip leaves a satisfied requirement alone, so
+  its report is what this layer adds, and a resolution that would replace the base's torch fails here
+  as it would in the build.
+- DeepSpeed and Apex are sdists whose setup.py imports torch: their requirements can only be read where
+  torch is installed (--no-build-isolation). uv, resolving for a Python and platform from outside,
+  cannot build that metadata.
+- The steps before the pip command, the build secrets (CA bundle of a TLS-intercepting proxy, index URL,
+  netrc), the wheelhouse and the network are the build's own, so the site's index, CA and wheelhouse
+  are used as the build uses them, offline from a wheelhouse too. The steps before it are the same RUN
+  lines as the build's, so BuildKit's cache serves them to both.
+
+Each pip command of the layer gets `--report`; the last one also `--dry-run`, so nothing is compiled
+(only metadata is built), and the layer's steps after it are left out: they cannot change what it
+resolved. The commands before it install for real, so that the last sees them, as in the build.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from packaging.utils import InvalidName, canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from builder.errors import EngineError, SpecError
+from builder.ship.engine import BuildRequest, Engine
+from builder.ship.hostconf import HostConf
+
+PIP = "python -m pip install"
+REPORT = "/tmp/imgbuild-resolve-{:02d}.json"
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
+MAX_REPORT_BYTES = 8 << 20
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """One distribution a pip step installs: as pip names it, its exact version, and the artifact."""
+    name: str
+    version: str
+    sha256: str | None     # None: a local folder (a source tree the layer builds), which has no hash
+    url: str
+    requested: bool        # named in the command, not pulled in by another
+
+
+def resolving(dockerfile: str) -> tuple[str, int]:
+    """The layer's Dockerfile turned into one that writes pip's reports instead of an image: (text, number
+    of pip commands). Raises SpecError when the layer has no pip command."""
+    starts = [m.start() for m in re.finditer(re.escape(PIP) + r"(?=\s)", dockerfile)]
+    if not starts:
+        raise SpecError("the layer runs no pip command: there is nothing of it to resolve")
+    out, at = [], 0
+    for n, start in enumerate(starts):
+        last = n == len(starts) - 1
+        out.append(dockerfile[at:start])
+        out.append(f"{PIP} --report {REPORT.format(n)}" + (" --dry-run" if last else ""))
+        at = start + len(PIP)
+    end = _command_end(dockerfile, at)
+    out.append(dockerfile[at:end].rstrip().rstrip("\\").rstrip())
+    # The reports, and nothing else, are the build's output (docker build --output type=local).
+    out.append(f"\n\nFROM scratch\nCOPY --from=0 /tmp/imgbuild-resolve-*.json /\n")
+    return "".join(out), len(starts)
+
+
+def _command_end(text: str, i: int) -> int:
+    """Where the shell command that starts before i ends: the first && || ; | or unescaped newline
+    outside quotes (a RUN's continuation lines are one command line)."""
+    quote = ""
+    while i < len(text):
+        c = text[i]
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "\\" and text.startswith("\\\n", i):
+            i += 2
+            continue
+        elif c in ";|\n" or text.startswith("&&", i):
+            return i
+        i += 1
+    return i
+
+
+def read_report(data: bytes, where: str) -> list[Resolved]:
+    """pip's installation report (format 1) as what it installs; anything else is refused with the reason."""
+    if len(data) > MAX_REPORT_BYTES:
+        raise EngineError(f"{where}: pip's report is {len(data)} bytes; at most {MAX_REPORT_BYTES} are read")
+    try:
+        report = json.loads(data)
+        if not isinstance(report, dict) or report.get("version") != "1" or not isinstance(report.get("install"), list):
+            raise ValueError("not a pip installation report of format 1")
+        out = []
+        for item in report["install"]:
+            meta, info = item["metadata"], item["download_info"]
+            name, version = str(meta["name"]), str(meta["version"])
+            canonicalize_name(name, validate=True)
+            Version(version)
+            # A private index's links may carry its credentials (https://user:token@host/...): the lock
+            # file is committed, so a URL's user part never reaches it.
+            url = USERINFO.sub(r"\1", str(info["url"]))
+            hashes = (info.get("archive_info") or {}).get("hashes") or {}
+            digest = hashes.get("sha256")
+            if "dir_info" in info:
+                digest = None
+            elif not isinstance(digest, str) or not SHA256.match(digest):
+                # pip reports a hash for what it downloaded or read; an archive without one cannot be locked.
+                raise ValueError(f"{name} {version} from {url}: no sha256 in the report")
+            out.append(Resolved(name=name, version=version, sha256=digest, url=url,
+                                requested=bool(item.get("requested"))))
+    except (ValueError, TypeError, KeyError, AttributeError, InvalidName, InvalidVersion) as exc:
+        raise EngineError(f"{where}: pip's report cannot be read: {exc}") from None
+    return out
+
+
+def resolve_layer(engine: Engine, dockerfile: str, context: Path, parent_ref: str, build_args: dict,
+                  hostconf: HostConf, log: Path, progress: Callable[[str], None] = lambda line: None) -> list[list[Resolved]]:
+    """Run the layer's pip commands as `resolving` rewrites them, on parent_ref, in the layer's build
+    context: what each command installs, in order."""
+    text, count = resolving(dockerfile)
+    (context / "Dockerfile.resolve").write_text(text)
+    out = Path(tempfile.mkdtemp(prefix="imgbuild-resolve-"))
+    try:
+        with hostconf.secrets() as secrets:
+            req = BuildRequest(context=context, dockerfile=context / "Dockerfile.resolve", tag="",
+                               build_args={**build_args, "PARENT": parent_ref}, labels={}, secrets=secrets,
+                               network=hostconf.network, output=out)
+            engine.build(req, log, progress=progress)
+        steps = []
+        for n in range(count):
+            path = out / Path(REPORT.format(n)).name
+            if not path.is_file():
+                raise EngineError(f"pip wrote no report for the layer's pip command {n + 1} of {count}",
+                                  hint=f"full log: {log}")
+            steps.append(read_report(path.read_bytes(), f"pip command {n + 1} of {count}"))
+        return steps
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

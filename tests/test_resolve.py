@@ -1,0 +1,180 @@
+"""What `imgbuild lock python=LAYER` runs and records (issue 21), without an engine: the layer's Dockerfile
+as the resolver rewrites it, pip's report as it is read (and refused), the lock file's python: section,
+and `lock --check`. The real resolution against the engine and registry is tests/test_docker_resolve.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import STACKS, run_cli
+from builder.errors import EngineError, SpecError
+from builder.load.spec import load_spec
+from builder.plan.keys import make_plan
+from builder.plan.lockfile import load_lock, stale_entries
+from builder.ship.resolve import read_report, resolving
+
+REPORT = Path(__file__).parent / "data" / "pip-report-deepspeed-0.19.8.json"   # pip 23.0.1, cpu-smoke's torch
+DIGESTS = {"debian-bookworm": "sha256:" + "ab" * 32, "ngc-25.09": "sha256:" + "cd" * 32,
+           "ngc-25.03": "sha256:" + "ef" * 32}
+
+
+def nodes():
+    spec = load_spec(STACKS)
+    return {n.name: n for n in make_plan(spec, None, DIGESTS).nodes.values()}
+
+
+def test_the_last_pip_command_only_reports_and_nothing_after_it_runs():
+    """cuda-toolkit-pip installs, then links nvcc in the same RUN: in the resolver's Dockerfile the pip
+    command is the last thing that runs, with --dry-run (nothing installed or compiled), and the reports
+    are the build's only output."""
+    from builder.load.spec import load_spec as load
+    spec = load(Path(__file__).parent.parent / "examples" / "cuda-pypi" / "stacks.yaml")
+    node = next(n for n in make_plan(spec, ["h100-pypi-deepspeed"], {"debian-bookworm": DIGESTS["debian-bookworm"]})
+                .nodes.values() if n.name == "cuda-13.0-pypi")
+    text, count = resolving(node.dockerfile)
+    assert count == 1
+    run = text.split("python -m pip install", 1)[1]
+    assert run.startswith(" --report /tmp/imgbuild-resolve-00.json --dry-run --progress-bar off nvidia-cuda-cccl==13.0.85 ")
+    assert "ln -sfn" not in text and "ldconfig" not in text and "ENV CUDA_HOME" not in text
+    assert text.rstrip().endswith("FROM scratch\nCOPY --from=0 /tmp/imgbuild-resolve-*.json /")
+
+
+def test_every_pip_command_reports_and_the_ones_before_the_last_install():
+    """cpu-smoke's project layer installs its packages, then the project with --no-deps, in one RUN: the
+    first command installs (the second must see it, as in the build) and reports; the second reports only."""
+    node = nodes()["smoke-train"]
+    text, count = resolving(node.dockerfile.replace("python -m pip install --progress-bar off --no-deps",
+                                                    "python -m pip install --progress-bar off six==1.17.0 \\\n"
+                                                    " && python -m pip install --progress-bar off --no-deps"))
+    assert count == 2
+    assert "pip install --report /tmp/imgbuild-resolve-00.json --progress-bar off six==1.17.0" in text
+    assert "pip install --report /tmp/imgbuild-resolve-01.json --dry-run --progress-bar off --no-deps /opt/project" in text
+
+
+@pytest.mark.parametrize("layer", sorted(n for n in ["cpu-torch-2.13", "ds-0.19.8-cpu", "ds-0.19.5-hopper",
+                                                      "megatron-core-0.16", "smoke-train"]))
+def test_each_shipped_layer_with_pip_has_one_last_dry_run(layer):
+    node = nodes()[layer]
+    text, count = resolving(node.dockerfile)
+    assert count >= 1 and text.count("--dry-run") == 1
+    before, after = text.rsplit("--dry-run", 1)
+    assert "RUN " not in after.split("FROM scratch")[0], after       # nothing runs after the last pip command
+    assert "LABEL" not in after
+
+
+def test_a_layer_without_pip_has_nothing_to_resolve():
+    with pytest.raises(SpecError, match="runs no pip command"):
+        resolving(nodes()["cpu-env"].dockerfile)
+
+
+def test_pips_report_is_read_with_every_artifacts_hash():
+    got = read_report(REPORT.read_bytes(), "r")
+    assert [(d.name, d.version, d.requested) for d in got] == [
+        ("deepspeed", "0.19.8", True), ("pydantic_core", "2.50.5", False), ("hjson", "3.1.0", False)]
+    assert got[0].sha256 == "9e491abd0827ea5c389dd702e15e11e13d83d904bac4a20d6c2a4cb37207a9af"
+    assert got[0].url.endswith("/deepspeed-0.19.8.tar.gz")
+
+
+def _report(**change) -> bytes:
+    data = json.loads(REPORT.read_text())
+    item = data["install"][0]
+    for path, value in change.items():
+        where, key = {"hash": (item["download_info"]["archive_info"]["hashes"], "sha256"),
+                      "name": (item["metadata"], "name"), "version": (item["metadata"], "version"),
+                      "format": (data, "version")}[path]
+        if value is None:
+            del where[key]
+        else:
+            where[key] = value
+    return json.dumps(data).encode()
+
+
+@pytest.mark.parametrize("change,reason", [
+    ({"hash": None}, "no sha256 in the report"),
+    ({"hash": "ab" * 31}, "no sha256 in the report"),
+    ({"hash": "AB" * 32}, "no sha256 in the report"),
+    ({"name": "deep speed"}, "cannot be read"),
+    ({"version": "latest"}, "cannot be read"),
+    ({"format": "2"}, "not a pip installation report of format 1"),
+])
+def test_a_report_that_cannot_be_locked_is_refused(change, reason):
+    with pytest.raises(EngineError, match=reason):
+        read_report(_report(**change), "pip command 1 of 1")
+
+
+def test_an_index_credential_in_a_url_never_reaches_the_lock():
+    data = json.loads(REPORT.read_text())
+    data["install"][0]["download_info"]["url"] = "https://__token__:pypi-s3cr3t@index.example/p/deepspeed-0.19.8.tar.gz"
+    got = read_report(json.dumps(data).encode(), "r")
+    assert got[0].url == "https://index.example/p/deepspeed-0.19.8.tar.gz"
+
+
+@pytest.mark.parametrize("data", [b"", b"[]", b"{}", b"\xff", b"x" * (9 << 20)])
+def test_anything_but_a_report_is_refused(data):
+    with pytest.raises(EngineError):
+        read_report(data, "r")
+
+
+def _locked(tmp_path, steps, definition=None) -> Path:
+    file = tmp_path / "stacks.yaml"
+    file.write_text(STACKS.read_text())
+    spec = load_spec(file)
+    stack = spec.stack("cpu-smoke")
+    entry = {"stack": "cpu-smoke", "parent": "127.0.0.1:5000/imgbuild/layers/cpu-torch-2.13@sha256:" + "12" * 32,
+             "definition": definition or stack.layer_definition("ds-0.19.8-cpu", None),
+             "resolved": "2026-12-02T12:00:00Z", "steps": steps}
+    (tmp_path / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {}, "python": {"ds-0.19.8-cpu": entry}}))
+    return file
+
+
+STEP = [[{"name": "deepspeed", "version": "0.19.8", "sha256": "9e" * 32, "url": "https://x/deepspeed-0.19.8.tar.gz",
+          "requested": True},
+         {"name": "hjson", "version": "3.1.0", "sha256": "65" * 32, "url": "https://x/hjson.whl", "requested": False}]]
+
+
+def test_the_lock_files_python_section_is_read_and_checked(tmp_path):
+    file = _locked(tmp_path, STEP)
+    entry = load_lock(file).python["ds-0.19.8-cpu"]
+    assert sorted(entry.dists()) == ["deepspeed", "hjson"] and entry.dists()["hjson"].version == "3.1.0"
+    assert stale_entries(load_spec(file)) == []
+    assert run_cli("lock", "--check", "-f", file).code == 0
+
+
+@pytest.mark.parametrize("bad,reason", [
+    ({"sha256": "9e" * 31}, "is not 64 hex digits"),
+    ({"version": "one"}, "Invalid version"),
+    ({"name": "a b"}, "invalid project name|is invalid"),
+])
+def test_a_hand_edited_python_entry_is_refused_at_load(tmp_path, bad, reason):
+    step = [[{**STEP[0][0], **bad}, STEP[0][1]]]
+    file = _locked(tmp_path, step)
+    res = run_cli("lock", "--check", "-f", file)
+    assert res.code == 2 and "not a lock file imgbuild wrote" in res.err, res.output
+    import re
+    assert re.search(reason, res.err), res.err
+
+
+def test_a_changed_layer_makes_its_entry_stale_and_check_fails(tmp_path):
+    """lock --check: the entry was resolved for the layer as it was; a new DeepSpeed version (or anything
+    beneath it, or the base) makes it stale, exit 1, with the command that fixes it."""
+    file = _locked(tmp_path, STEP)
+    file.write_text(file.read_text().replace('{version: "0.19.8", ops', '{version: "0.19.7", ops', 1))
+    assert '{version: "0.19.7", ops' in file.read_text()
+    res = run_cli("lock", "--check", "-f", file)
+    assert res.code == 1, res.output
+    assert "stale: python.ds-0.19.8-cpu: the layer, a layer beneath it or its base changed" in res.out
+    assert "imgbuild lock python=ds-0.19.8-cpu" in res.out
+    res = run_cli("lock", "--check", "--json", "-f", file)
+    body = json.loads(res.out)
+    assert res.code == 1 and body["ok"] is False and body["stale"] and body["exit_code"] == 1
+
+
+def test_no_lock_file_is_stale(tmp_path):
+    file = tmp_path / "stacks.yaml"
+    file.write_text(STACKS.read_text())
+    res = run_cli("lock", "--check", "-f", file)
+    assert res.code == 1 and "no lock file" in res.out, res.output
