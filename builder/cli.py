@@ -55,6 +55,8 @@ def reply(data: dict, ok: bool = True, code: int = 0) -> None:
 
 FileOpt = typer.Option(Path(os.environ.get("IMGBUILD_STACKS", "stacks.yaml")), "--file", "-f",
                        help="The stacks file (default: ./stacks.yaml, or $IMGBUILD_STACKS).")
+RequireLockedOpt = typer.Option(False, "--require-locked", help="A base without a lock entry, or a layer whose pip "
+                                "set is not resolved in it (imgbuild lock python=NAME), is an error (CI uses this).")
 AllOpt = typer.Option(False, "--all", help="Every stack in the file (also what no stack=NAME means).")
 JsonOpt = typer.Option(False, "--json", help="One JSON document on stdout: {ok, verb, ...the data}, or with "
                        "error/errors on a refusal; text goes to stderr.")
@@ -102,8 +104,7 @@ def select(spec: Spec, selectors: Optional[List[str]], all_: bool) -> list[str]:
 def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
           kinds: Optional[List[Path]] = KindsOpt,
           strict: bool = typer.Option(False, "--strict", help="Warnings are errors too (waived ones excepted)."),
-          require_locked: bool = typer.Option(False, "--require-locked", help="A base without a lock entry "
-                                              "(imgbuild lock) is an error: every fact measured."),
+          require_locked: bool = RequireLockedOpt,
           as_json: bool = JsonOpt) -> None:
     """Validate stacks.yaml, render the selected stacks, run preflight and lint (no Docker needed)."""
     from builder.rules.review import review
@@ -251,6 +252,7 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
               help="How the build is shown: tty, a status line per layer at work, redrawn in place; plain, "
                    "lines only, with a heartbeat for a layer silent for 30 s; auto, tty on a terminal outside "
                    "CI. Every line names its layer; the full engine output is in the run folder either way."),
+          require_locked: bool = RequireLockedOpt,
           as_json: bool = typer.Option(False, "--json", help="The run's report (report.json) in the envelope "
                                        "{ok, verb, ...} on stdout; progress goes to stderr.")) -> None:
     """Build what the registry lacks, validate every image, then move the release tags."""
@@ -259,7 +261,7 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
     spec = load_spec(file, kinds=kinds or None)
     names = select(spec, selectors, all_)
     report = run_build(spec, names, say=lambda line: echo(line), docker=docker, date=date, node=node, jobs=jobs,
-                       progress=progress, out=sys.stderr if as_json else sys.stdout)
+                       progress=progress, out=sys.stderr if as_json else sys.stdout, require_locked=require_locked)
     built = sum(1 for r in report.nodes.values() if r.action == "build")
     if node:
         res = next(iter(report.nodes.values()))

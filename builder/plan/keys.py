@@ -18,6 +18,8 @@ from typing import Iterable
 from builder import __version__
 from builder.load.kinds import CheckSpec
 from builder.plan.layout import layer_repo
+from builder.plan.lockfile import load_lock
+from builder.plan import pinning
 from builder.load.params import FileRef, GitPin, Uninstall, WheelPin
 from builder.plan.render import CudaTargets, render_layer
 from builder.load.spec import LayerDef, Spec, Stack
@@ -40,6 +42,9 @@ class Node:
     inputs: dict = field(hash=False, compare=False)   # input name -> value or digest (what makes the key)
     build_args: dict = field(hash=False, compare=False)
     checks: tuple = ()          # CheckSpec with resolved args: its own and those of every layer beneath
+    # The requirements file of each pip command, where the lock file resolved this layer's pip set
+    # (builder.plan.pinning): the build installs exactly that. Empty: pip resolves at build time.
+    locked: tuple = field(default=(), hash=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -158,6 +163,14 @@ def _resolve_args(check: CheckSpec, layer: LayerDef, stack: Stack) -> CheckSpec:
     return CheckSpec(id=check.id, check=check.check, gpu=check.gpu, args=args, doc=check.doc)
 
 
+def lock_check(layer: LayerDef, entry) -> CheckSpec:
+    """In the image: every distribution the lock file resolved for this layer is installed at its locked
+    version (and still is in every image above it)."""
+    installed = [f"{d.name}=={d.version}" for d in sorted(entry.dists().values(), key=lambda d: d.name.lower())]
+    return CheckSpec(id=f"python-lock.{layer.name}", check="requirements", gpu=False,
+                     args=(("installed", installed),), doc="the installed set is the lock file's")
+
+
 PARAM_REF = re.compile(r"\{param:([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -191,10 +204,23 @@ def make_key(inputs: dict) -> str:
     return sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")))
 
 
-def make_plan(spec: Spec, stacks: Iterable[str] | None = None, digests: dict | None = None) -> Plan:
+def python_entry(lock, stack: Stack, layer: LayerDef):
+    """The lock file's resolved pip set for a layer in this stack, where it was resolved for the layer as
+    stacks.yaml defines it now (it and every layer beneath it, the base as named); else None."""
+    entry = lock.python.get(layer.name) if lock is not None else None
+    if entry is None or entry.definition != stack.layer_definition(layer.name, None):
+        return None
+    return entry
+
+
+def make_plan(spec: Spec, stacks: Iterable[str] | None = None, digests: dict | None = None, lock=None) -> Plan:
     """Plan the named stacks (all when None). digests maps base names to digests resolved from a
-    registry or lock file; without them a base's declared digest is used, else the keys are provisional."""
+    registry or lock file; without them a base's declared digest is used, else the keys are provisional.
+    lock: the lock file (default: the one beside the stacks file), whose resolved pip sets each layer
+    installs, and whose sets are part of the keys."""
     digests = digests or {}
+    if lock is None and spec.file:
+        lock = load_lock(spec.file)
     plan = Plan(spec=spec)
     # A layer's text depends only on its definition, the base and the arch targets (layer_context),
     # so stacks that share a layer on the same base render it once.
@@ -211,15 +237,25 @@ def make_plan(spec: Spec, stacks: Iterable[str] | None = None, digests: dict | N
             memo = (layer.name, stack.base.name, stack.arch_list if stack.compiles_cuda(layer) else None)
             if memo not in texts:
                 texts[memo] = render_layer(spec, stack, layer)
-            text = texts[memo]
+            text, locked = texts[memo], ()
+            entry = python_entry(lock, stack, layer)
+            if entry is not None:
+                try:
+                    text, locked = pinning.pinned(text, entry)
+                except ValueError:
+                    entry = None   # resolved for another rendering of the layer: not this one's set
             parent_input = parent_key or f"base:{ref}"
             inputs, build_args = node_inputs(spec, stack, layer, parent_input, text)
+            if entry is not None:   # the set itself, not only the file that names it
+                inputs["python"] = pinning.digest(entry)
             key = make_key(inputs)
             checks = checks + tuple(_resolve_args(c, layer, stack) for c in layer.kind.checks)
+            if entry is not None:
+                checks += (lock_check(layer, entry),)
             if key not in plan.nodes:
                 plan.nodes[key] = Node(key=key, layer=layer, parent=parent_key,
                                        base_ref=None if parent_key else ref, dockerfile=text,
-                                       inputs=inputs, build_args=build_args, checks=checks)
+                                       inputs=inputs, build_args=build_args, checks=checks, locked=locked)
                 plan.users[key] = []
             if name not in plan.users[key]:
                 plan.users[key].append(name)

@@ -146,7 +146,8 @@ def stale_entries(spec) -> list[str]:
             if not stacks or name not in [d.name for d in stacks[0].chain]:
                 out.append(f"{section}.{name}: layer {name!r} is in no stack's chain" + (f" ({stack})" if stack else ""))
                 continue
-            now = stacks[0].layer_definition(name, lock.base_digest(stacks[0].base, spec.site))
+            base_digest = None if section == "python" else lock.base_digest(stacks[0].base, spec.site)
+            now = stacks[0].layer_definition(name, base_digest)
             if entry.definition != now:
                 out.append(f"{section}.{name}: the layer, a layer beneath it or its base changed since it was "
                            f"{'resolved' if section == 'python' else 'measured'}; run imgbuild lock "

@@ -75,7 +75,7 @@ def review(spec: Spec, stacks: list[str], strict: bool = False, require_locked: 
     rendered = lint_rendered(spec, plan, lock)
     found = preflight(spec, stacks, lock) + lint_spec(spec, stacks, lock) + rendered
     if require_locked:
-        found += _unlocked(spec, stacks, lock)
+        found += _unlocked(spec, stacks, lock) + unpinned(spec, plan, stacks, "error")
     found = _waive(spec, stacks, found, set(rendered))
     return Review(ordered(make_strict(found) if strict else found), lock, len(plan.nodes))
 
@@ -94,6 +94,26 @@ def _unlocked(spec: Spec, stacks: list[str], lock: Lock | None) -> list[Finding]
                            "--require-locked wants every base measured", file=spec.file,
                            line=spec.doc.line(key) if spec.doc else None, key=dotted(key), stack=name,
                            fix=f"imgbuild lock base={base.name}, and commit the lock file"))
+    return out
+
+
+def unpinned(spec: Spec, plan, stacks: list[str], severity: str) -> list[Finding]:
+    """IB096: a layer whose pip commands have no resolved set in the lock file (imgbuild lock python=NAME),
+    so pip resolves them at build time and the same key can give another image next month. An error
+    under --require-locked (what CI uses), a warning printed by every build otherwise."""
+    from builder.plan.pinning import PIP
+    out, seen = [], set()
+    for name in stacks:
+        for node in plan.chain(name):
+            if node.locked or PIP not in node.dockerfile or node.key in seen:
+                continue
+            seen.add(node.key)
+            key = (node.layer.section, node.layer.name)
+            out.append(Finding(rule="IB096", severity=severity, file=spec.file,
+                               line=spec.doc.line(key) if spec.doc else None, key=dotted(key), stack=name,
+                               message=f"layer {node.name} installs with pip and its set is not locked: pip resolves "
+                                       "it at build time, so a rebuild of the same key can install other versions",
+                               fix=f"imgbuild lock python={node.name}, and commit the lock file"))
     return out
 
 
@@ -128,9 +148,11 @@ def _waive(spec: Spec, stacks: list[str], found: list[Finding], rendered: set) -
     return out
 
 
-def gate(spec: Spec, stacks: list[str], say: Callable[[str], None], strict: bool = False) -> Review:
-    """Before a build or a release: the whole review, printed; any error refuses."""
-    result = review(spec, stacks, strict)
+def gate(spec: Spec, stacks: list[str], say: Callable[[str], None], strict: bool = False,
+         require_locked: bool = False) -> Review:
+    """Before a build or a release: the whole review, printed; any error refuses. A layer whose pip set is
+    not locked is said (IB096), and refused under require_locked."""
+    result = review(spec, stacks, strict, require_locked)
     for f in result.findings:
         say(f.render())
     bad = result.errors()
@@ -139,6 +161,9 @@ def gate(spec: Spec, stacks: list[str], say: Callable[[str], None], strict: bool
         stacks_ = f" (stacks: {', '.join(names)})" if names else ""
         raise PreflightError(f"{len(bad)} error(s) found before building{stacks_}; nothing was built",
                              hint="the findings above name the key, the rule and the fact (imgbuild check shows the same)")
+    if not require_locked:   # what goes on to be built with pip resolving at build time is said
+        for f in unpinned(spec, make_plan(spec, stacks), stacks, "warning"):
+            say(f.render())
     return result
 
 

@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
 
@@ -98,16 +98,20 @@ def layer_image(spec: Spec, stack, name: str, base_digest: str) -> tuple[str, st
     return f"{spec.site.registry}/{repo}:{node.short}", digest
 
 
-def python_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log: Path,
+def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log: Path,
                  progress: Callable[[str], None] = lambda line: None) -> dict:
     """Resolve what layer `name`'s pip commands install on the image beneath it (builder.ship.resolve),
     as a lock file entry. The image beneath must be in the registry: the base by its digest, or the layer
     beneath by its key (built first, with `imgbuild build`)."""
     stack = stack_of(spec, name)
     base_digest = resolve(spec, [stack.name]).require()[stack.base.name]
-    plan = make_plan(spec, [stack.name], {stack.base.name: base_digest})
-    chain = plan.chain(stack.name)
-    node = next(n for n in chain if n.name == name)
+    current = load_lock(spec.file)
+    plan = make_plan(spec, [stack.name], {stack.base.name: base_digest}, lock=current)
+    node = next(n for n in plan.chain(stack.name) if n.name == name)
+    if node.locked:   # resolve the layer's intent (its requirements as stacks.yaml writes them), not its lock
+        unlocked = replace(current, python={k: v for k, v in current.python.items() if k != name})
+        node = next(n for n in make_plan(spec, [stack.name], {stack.base.name: base_digest}, lock=unlocked)
+                    .chain(stack.name) if n.name == name)
     if node.parent is None:
         parent_ref = node.base_ref
     else:
@@ -121,7 +125,8 @@ def python_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log:
     with tempfile.TemporaryDirectory(prefix="imgbuild-resolve-context-") as tmp:
         context = assemble_context(node, hostconf, Path(tmp) / "context")
         steps = resolve_layer(engine, node.dockerfile, context, parent_ref, node.build_args, hostconf, log, progress)
-    return {"stack": stack.name, "parent": parent_ref, "definition": stack.layer_definition(name, base_digest),
+    # Valid while the layer, those beneath it and the base as named are unchanged (builder.plan.keys.python_entry).
+    return {"stack": stack.name, "parent": parent_ref, "definition": stack.layer_definition(name, None),
             "resolved": stamp(), "steps": [[asdict(d) for d in step] for step in steps]}
 
 
@@ -175,7 +180,7 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
         log = (log_dir or Path(tempfile.gettempdir())) / f"resolve-{name}.log"
         say(f"{name}: resolving its pip commands on the image beneath it (log {log})")
         try:
-            entry = python_entry(spec, name, engine, hostconf or HostConf.from_env(), log)
+            entry = resolve_entry(spec, name, engine, hostconf or HostConf.from_env(), log)
         except ImgbuildError as exc:
             failures.append(exc)
             say(f"{name}: not locked: {exc.message}")

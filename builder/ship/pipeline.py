@@ -103,6 +103,10 @@ def assemble_context(node: Node, hostconf: HostConf, dest: Path) -> Path:
         export(pin, dest / "sources" / name)
     for ref in {r for _, v in node.layer.params for r in file_refs(v)}:
         copy_input(ref, dest / input_path(ref))
+    if node.locked:   # the lock's requirements files, bind-mounted by the pinned pip commands
+        (dest / "imgbuild-lock").mkdir()
+        for n, text in enumerate(node.locked):
+            (dest / "imgbuild-lock" / f"{n:02d}.txt").write_text(text)
     if node.wheels:
         if not hostconf.wheelhouse:
             raise SpecError(f"layer {node.name!r} installs a wheel from the wheelhouse, but no wheelhouse is set",
@@ -501,7 +505,7 @@ class Builder:
 
 def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, date: str | None = None,
           gpu: bool | None = None, node: str | None = None, jobs: int = 1, progress: str = "auto",
-          out: TextIO | None = None) -> BuildReport:
+          out: TextIO | None = None, require_locked: bool = False) -> BuildReport:
     """progress: auto | plain | tty, how the run is shown (builder.ship.progress) on `out`, the stream
     that `say` writes to (stdout if not given)."""
     view = env_progress(progress, say, out)
@@ -512,7 +516,7 @@ def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, da
         found = make_plan(spec, stacks, resolve(spec, stacks).digests)
         stacks = found.users[Builder.node_key(found, node)]
     # Impossible stacks fail here, in seconds and without Docker, not after an hour of compiling.
-    gate(spec, stacks, say)
+    gate(spec, stacks, say, require_locked=require_locked)
     engine = Engine.detect(docker)
     registry = Registry(spec.site.registry, on_retry=say)
     registry.ping()

@@ -34,10 +34,10 @@ from packaging.utils import InvalidName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.errors import EngineError, SpecError
+from builder.plan.pinning import PIP, command_end
 from builder.ship.engine import BuildRequest, Engine
 from builder.ship.hostconf import HostConf
 
-PIP = "python -m pip install"
 REPORT = "/tmp/imgbuild-resolve-{:02d}.json"
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
@@ -66,30 +66,11 @@ def resolving(dockerfile: str) -> tuple[str, int]:
         out.append(dockerfile[at:start])
         out.append(f"{PIP} --report {REPORT.format(n)}" + (" --dry-run" if last else ""))
         at = start + len(PIP)
-    end = _command_end(dockerfile, at)
+    end = command_end(dockerfile, at)
     out.append(dockerfile[at:end].rstrip().rstrip("\\").rstrip())
     # The reports, and nothing else, are the build's output (docker build --output type=local).
     out.append(f"\n\nFROM scratch\nCOPY --from=0 /tmp/imgbuild-resolve-*.json /\n")
     return "".join(out), len(starts)
-
-
-def _command_end(text: str, i: int) -> int:
-    """Where the shell command that starts before i ends: the first && || ; | or unescaped newline
-    outside quotes (a RUN's continuation lines are one command line)."""
-    quote = ""
-    while i < len(text):
-        c = text[i]
-        if quote:
-            quote = "" if c == quote else quote
-        elif c in "'\"":
-            quote = c
-        elif c == "\\" and text.startswith("\\\n", i):
-            i += 2
-            continue
-        elif c in ";|\n" or text.startswith("&&", i):
-            return i
-        i += 1
-    return i
 
 
 def read_report(data: bytes, where: str) -> list[Resolved]:
