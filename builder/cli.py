@@ -694,7 +694,9 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     if failures:
         raise failures[0].__class__(f"{len(failures)} of {total} target(s) not locked (see above); "
                                     f"{path} holds the others", hint=failures[0].hint)
-    echo(f"ok: {path}: {len(bases)} base(s), {len(layers)} layer(s) and {len(python)} Python set(s) locked")
+    echo(f"ok: {path}: " + ", ".join(f"{n} {what}" for n, what in ((len(bases), "base(s)"), (len(layers), "layer(s)"),
+                                                                   (len(python), "Python set(s)")) if n)
+         + " locked" + (" (each layer's base with it)" if layers or python else ""))
     reply({"path": str(path), "bases": bases, "layers": layers, "python": python})
 
 

@@ -256,3 +256,15 @@ def instructions(dockerfile: str) -> list[tuple[str, str]]:
 
 def keywords(dockerfile: str) -> list[str]:
     return [k for k, _ in instructions(dockerfile)]
+
+
+@pytest.fixture(scope="module")
+def engine_b() -> dict:
+    """The environment that points imgbuild at engine B, a second dockerd with its own data root and
+    BuildKit cache (scripts/second-engine.sh). Its containers have no NAT (second-engine.sh says why), so
+    its builds use the host network, as such a runner would be configured."""
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "second-engine.sh"), "start"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    host = proc.stdout.strip().splitlines()[-1].partition("=")[2]
+    return {"DOCKER_HOST": host, "IMGBUILD_BUILD_NETWORK": "host"}

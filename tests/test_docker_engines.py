@@ -11,24 +11,12 @@ it can share with A is what the registry holds.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 from e2e import ROOT, assert_one_consistent_state, at_once, imgbuild, release, reports, stacks_file
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def engine_b() -> dict:
-    """The environment that points imgbuild at engine B. Its containers have no NAT (second-engine.sh
-    says why), so its builds use the host network, as such a runner would be configured."""
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "second-engine.sh"), "start"], capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    host = proc.stdout.strip().splitlines()[-1].partition("=")[2]
-    return {"DOCKER_HOST": host, "IMGBUILD_BUILD_NETWORK": "host"}
 
 
 def by_key(report: dict) -> dict:

@@ -1,15 +1,28 @@
 """`imgbuild lock python=LAYER` against the real engine and registry (issue 21): cpu-smoke's DeepSpeed layer
 resolved by pip on the session's real cpu-torch image (conftest `first`), through the build's own secrets,
-and recorded with every artifact's sha256; `lock --check` then passes, and fails once the layer changes."""
+and recorded with every artifact's sha256; `lock --check` then passes, and fails once the layer changes.
+And the promise itself: the same key built again, after the index changed, on a clean second engine,
+installs the same set byte for byte, where a build without the lock drifts."""
 
 from __future__ import annotations
 
+import base64
+import functools
+import hashlib
+import http.server
+import os
 import re
+import shutil
+import subprocess
+import threading
+import zipfile
+from pathlib import Path
 
 import pytest
+import yaml
 
-from conftest import run_cli
-from e2e import NEEDLES, imgbuild, stacks_file
+from conftest import DOCKER, run_cli
+from e2e import NEEDLES, NS, REGISTRY, ROOT, imgbuild, reports, stacks_file
 from builder.plan.lockfile import load_lock
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
@@ -44,3 +57,161 @@ def test_a_layer_whose_parent_was_never_built_is_refused_with_the_command_that_f
         apt=["python3", "python3-venv", "python3-dev", "g++", "ca-certificates", "less"]))
     res = run_cli("lock", "python=ds-0.19.8-cpu", "-f", f)
     assert res.code != 0 and "is not in" in res.output and "imgbuild build stack=cpu-smoke" in res.output, res.output
+
+
+# -- same key, same image, across time ------------------------------------------------------------------
+
+def _wheel(folder: Path, name: str, version: str, requires: tuple = ()) -> Path:
+    """A pure-Python wheel written byte for byte the same every time (fixed zip dates): its sha256 is
+    stable, as an index's artifact is."""
+    dist = name.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    files = {f"{dist}/__init__.py": f"__version__ = {version!r}\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                 + "".join(f"Requires-Dist: {r}\n" for r in requires),
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: imgbuild-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    files[f"{info}/RECORD"] = "\n".join(record + [f"{info}/RECORD,,"]) + "\n"
+    out = folder / "files" / f"{dist}-{version}-py3-none-any.whl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(out, "w") as z:
+        for path, text in files.items():
+            z.writestr(zipfile.ZipInfo(path, date_time=(2026, 1, 1, 0, 0, 0)), text)
+    return out
+
+
+def _publish(root: Path) -> None:
+    """The PEP 503 pages of every wheel under root/files (each link with its sha256, as PyPI gives it)."""
+    by_name: dict = {}
+    for whl in sorted((root / "files").glob("*.whl")):
+        by_name.setdefault(whl.name.split("-")[0].replace("_", "-"), []).append(whl)
+    for name, wheels in by_name.items():
+        page = root / "simple" / name / "index.html"
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text("<html><body>" + "".join(
+            f'<a href="../../files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">{w.name}</a>'
+            for w in wheels) + "</body></html>")
+
+
+@pytest.fixture
+def index(tmp_path):
+    """A package index on the host's loopback (builds reach it with the host network): demo-app 1.0,
+    which asks for demo-dep>=1.0, and demo-dep 1.0. A test publishes more."""
+    root = tmp_path / "index"
+    _wheel(root, "imgbuild-demo-app", "1.0", ("imgbuild-demo-dep>=1.0",))
+    _wheel(root, "imgbuild-demo-dep", "1.0")
+    _publish(root)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield {"root": root, "url": f"http://127.0.0.1:{server.server_address[1]}/simple"}
+    server.shutdown()
+
+
+KIND = """description: A Python environment on the mirrored Debian image with pinned packages (the test's own kind).
+role: base
+base_family: debian
+provides: [python]
+params:
+  packages:
+    type: requirements
+    default: []
+checks:
+  - id: pip-check
+    check: pip-check
+"""
+FRAGMENT = """{% import "macros.j2" as m %}
+{{ m.apt(["python3", "python3-venv"]) }}
+{{ m.venv() }}
+RUN {{ m.net() }}
+    {{ m.net_env() }}
+    python -m pip install --progress-bar off {{ params.packages | shjoin }}
+"""
+
+
+def _site(work: Path, name: str, namespace: str) -> Path:
+    folder = work / name
+    (folder / "layers" / "demo-env").mkdir(parents=True)
+    (folder / "layers" / "demo-env" / "kind.yaml").write_text(KIND)
+    (folder / "layers" / "demo-env" / "fragment.j2").write_text(FRAGMENT)
+    data = {"version": 1, "site": {"registry": REGISTRY, "namespace": namespace},
+            "bases": {"debian-bookworm": yaml.safe_load((ROOT / "stacks.yaml").read_text())["bases"]["debian-bookworm"]},
+            "layers": {"demo": {"kind": "demo-env", "params": {"packages": ["imgbuild-demo-app==1.0"]}}},
+            "stacks": {"demo": {"base": "debian-bookworm", "layers": ["demo"], "tags": ["{stack}"]}}}
+    (folder / "stacks.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return folder / "stacks.yaml"
+
+
+def _build_and_freeze(work: Path, f: Path, env: dict) -> tuple[str, str]:
+    """Build the demo stack; (its key, `pip list --format=freeze` inside the image it released)."""
+    proc = imgbuild(work, "build", "stack=demo", "-f", str(f), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    node = next(iter(reports(work)[-1]["nodes"].values()))
+    ref = f"{REGISTRY}/{yaml.safe_load(f.read_text())['site']['namespace']}/layers/demo@{node['digest']}"
+    run = subprocess.run([DOCKER, "run", "--rm", "--network", "none", ref, "python", "-m", "pip", "list",
+                          "--format=freeze"], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, **({"DOCKER_HOST": env["DOCKER_HOST"]} if "DOCKER_HOST" in env else {})})
+    assert run.returncode == 0, run.stderr
+    return node["key"], run.stdout
+
+
+def _clean(engine: dict) -> None:
+    """Engine B forgets every image and its whole BuildKit cache: a clean runner."""
+    env = {**os.environ, "DOCKER_HOST": engine["DOCKER_HOST"]}
+    for argv in (["builder", "prune", "-af"], ["image", "prune", "-af"]):
+        proc = subprocess.run([DOCKER, *argv], capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_same_key_same_image_across_time(work, index, engine_b):
+    """Issue 21's promise. The demo stack is locked and built while the index has demo-dep 1.0; then
+    demo-dep 1.1 is published, and the same key is built again on a clean engine (B, cache and images
+    pruned). From the lock, `pip list --format=freeze` is the same byte for byte. The control, the same
+    two builds of the stack without a lock file (what every build was before the lock), drifts to 1.1:
+    the test can tell, and shows what the code before this change did."""
+    env = {"IMGBUILD_PIP_INDEX_URL": index["url"], "IMGBUILD_BUILD_NETWORK": "host"}
+    locked_a = _site(work, "drift-locked-a", NS + "-drift-a")
+    proc = imgbuild(work, "lock", "python=demo", "-f", str(locked_a), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    dists = load_lock(locked_a).python["demo"].dists()
+    assert {n: d.version for n, d in dists.items()} == {"imgbuild-demo-app": "1.0", "imgbuild-demo-dep": "1.0"}
+    key_a, freeze_a = _build_and_freeze(work, locked_a, env)
+    plain_a = _site(work, "drift-plain-a", NS + "-drift-c")
+    key_c, freeze_c = _build_and_freeze(work, plain_a, env)
+    assert "imgbuild-demo-dep==1.0" in freeze_a and "imgbuild-demo-dep==1.0" in freeze_c
+
+    _wheel(index["root"], "imgbuild-demo-dep", "1.1")
+    _publish(index["root"])
+
+    locked_b = _site(work, "drift-locked-b", NS + "-drift-b")
+    shutil.copy2(locked_a.with_name("stacks.lock.yaml"), locked_b.with_name("stacks.lock.yaml"))
+    _clean(engine_b)
+    key_b, freeze_b = _build_and_freeze(work, locked_b, {**env, **engine_b})
+    plain_b = _site(work, "drift-plain-b", NS + "-drift-d")
+    _clean(engine_b)
+    key_d, freeze_d = _build_and_freeze(work, plain_b, {**env, **engine_b})
+    assert key_b == key_a and freeze_b == freeze_a, (freeze_a, freeze_b)
+    assert key_d == key_c and "imgbuild-demo-dep==1.1" in freeze_d, freeze_d   # the control drifted
+    assert freeze_d != freeze_c
+
+
+def test_a_hand_edited_hash_fails_the_build_and_moves_no_tag(work, index):
+    """A lock whose sha256 of demo-dep was edited by hand (a well-formed value, so the file still loads):
+    pip refuses the artifact the index serves, the build fails, and the stack's tag is not moved."""
+    env = {"IMGBUILD_PIP_INDEX_URL": index["url"], "IMGBUILD_BUILD_NETWORK": "host"}
+    f = _site(work, "drift-tampered", NS + "-drift-e")
+    proc = imgbuild(work, "lock", "python=demo", "-f", str(f), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lock = f.with_name("stacks.lock.yaml")
+    real = load_lock(f).python["demo"].dists()["imgbuild-demo-dep"].sha256
+    lock.write_text(lock.read_text().replace(real, "ab" * 32))
+    proc = imgbuild(work, "build", "stack=demo", "-f", str(f), env=env)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in out or "do not match the hashes" in out.lower(), out[-3000:]
+    from builder.ship.registry import Registry
+    assert Registry(REGISTRY).manifest_digest(f"{NS}-drift-e/demo", "demo") is None
