@@ -434,3 +434,37 @@ def test_diff_reads_a_site_s_kind_folders(cli, tmp_path):
     res = cli("diff", "v2", "-f", file, "--offline", "--kinds", str(kinds))
     assert res.code == 1, res.output
     assert "dockerfile: env: OMP_NUM_THREADS 2 -> 6" in res.out
+
+
+def _lock(root: Path, steps: list) -> None:
+    from builder.load.spec import load_spec
+    stack = load_spec(root / "stacks.yaml").stack("cpu-smoke")
+    entry = {"stack": "cpu-smoke", "parent": "p", "definition": stack.layer_definition("ds-0.19.8-cpu", None),
+             "resolved": "2026-12-02T12:00:00Z", "steps": steps}
+    (root / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {}, "python": {"ds-0.19.8-cpu": entry}}))
+
+
+def _d(name, version, sha):
+    return {"name": name, "version": version, "sha256": sha * 32, "url": f"https://x/{name}.whl", "requested": False}
+
+
+def test_a_lock_change_is_shown_package_by_package_next_to_the_keys_it_changes(tmp_path):
+    """Issue 21: diff shows what the lock changed per layer (old -> new, added, removed), as the cause of
+    the keys it changes; the layers beneath keep theirs."""
+    root = site_repo(tmp_path / "site", "unlocked")
+    _lock(root, [[_d("deepspeed", "0.19.8", "9e"), _d("numpy", "2.4.6", "89")]])
+    commit(root, "locked")
+    _lock(root, [[_d("deepspeed", "0.19.8", "9e"), _d("numpy", "2.4.7", "8a"), _d("six", "1.17.0", "12")]])
+    commit(root, "numpy")
+    nodes = changed(spec_diff(root, "unlocked", "locked"), "cpu-smoke")
+    assert list(nodes) == ["ds-0.19.8-cpu", "cpu-env", "smoke-train"]
+    ds = causes(nodes["ds-0.19.8-cpu"])
+    assert ds["python"].detail == "locked: 2 distribution(s) (pip resolved at build time before)"
+    assert "+ python -m pip install --progress-bar off --no-build-isolation --no-deps --require-hashes -r " \
+           "/imgbuild-lock/00.txt" in ds["dockerfile"].lines
+    nodes = changed(spec_diff(root, "locked", "numpy"), "cpu-smoke")
+    ds = causes(nodes["ds-0.19.8-cpu"])
+    assert set(ds) == {"python"}, ds
+    assert ds["python"].detail == (f"lock: numpy 2.4.6 ({'89' * 6}) -> 2.4.7 ({'8a' * 6}), + six 1.17.0 ({'12' * 6})")
+    res = run_cli("diff", "locked", "numpy", "-f", root / "stacks.yaml")
+    assert res.code == 1 and "lock: numpy 2.4.6" in res.out, res.output

@@ -34,7 +34,7 @@ from builder.load.spec import LayerDef, Spec, Stack, load_spec
 WORKING_TREE = "working tree"
 # The inputs of a content key in the order a reviewer wants them; the parent last, since it only
 # says that something beneath moved.
-INPUT_ORDER = ("sources", "wheels", "build_args", "dockerfile", "files", "builder_version", "platform", "parent")
+INPUT_ORDER = ("sources", "wheels", "python", "build_args", "dockerfile", "files", "builder_version", "platform", "parent")
 
 
 @dataclass(frozen=True)
@@ -325,11 +325,36 @@ class _Pair:
                                  _changed_lines(o.dockerfile, n.dockerfile)))
             elif name == "parent":
                 out.append(Cause(name, self.parent(o, n, lowest)))
+            elif name == "python":
+                out.append(Cause(name, _lock_changes(o, n)))
             elif isinstance(a.get(name), dict) or isinstance(b.get(name), dict):
                 out.append(Cause(name, ", ".join(_dict_changes(a.get(name) or {}, b.get(name) or {}))))
             else:
                 out.append(Cause(name, f"{a.get(name)} -> {b.get(name)}"))
         return tuple(out)
+
+
+def _locked_set(node: Node) -> dict[str, str]:
+    """What a node's lock installs, from its requirements files: name -> version (a wheel of the wheelhouse
+    by its file name), the hash beside each."""
+    out = {}
+    for text in node.locked:
+        for line in text.splitlines():
+            what, _, digest = line.partition(" --hash=sha256:")
+            name, _, version = what.rpartition("==") if "==" in what else (what.rsplit("/", 1)[-1], "", "")
+            out[name] = f"{version} ({digest[:12]})" if version else f"({digest[:12]})"
+    return out
+
+
+def _lock_changes(o: Node, n: Node) -> str:
+    """The lock's changes of one layer, package by package: name old -> new, + added, - removed."""
+    a, b = _locked_set(o), _locked_set(n)
+    if not a or not b:
+        return (f"locked: {len(b)} distribution(s) (pip resolved at build time before)" if b
+                else f"no longer locked (was {len(a)} distribution(s)): pip resolves at build time")
+    parts = [f"{k} {a[k]} -> {b[k]}" for k in sorted(set(a) & set(b)) if a[k] != b[k]]
+    parts += [f"+ {k} {b[k]}" for k in sorted(set(b) - set(a))] + [f"- {k} {a[k]}" for k in sorted(set(a) - set(b))]
+    return "lock: " + (", ".join(parts) or "the same set")
 
 
 def _checks_cause(o: Node, n: Node) -> Cause:
