@@ -24,7 +24,8 @@ from packaging.version import InvalidVersion, Version
 from builder.redact import has_credentials, redact
 
 TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt",
-         "env", "index", "file", "files", "uninstall", "users", "links", "argv", "options", "names", "relpath", "gpus", "reason")
+         "env", "index", "file", "files", "uninstall", "users", "links", "argv", "options", "names", "relpath", "gpus", "reason",
+         "downloads")
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")  # \Z: "$" would accept a trailing newline
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -141,6 +142,17 @@ class FileRef:
 @dataclass(frozen=True)
 class FileCopy:
     src: FileRef
+    dest: str
+    mode: str
+
+
+@dataclass(frozen=True)
+class Download:
+    """A file fetched by URL (a tool's release binary, an installer) and pinned by its sha256: fetched and
+    verified on the host (builder.ship.downloads), sent in the build context, copied to dest with mode.
+    The sha256 is in the rendered COPY line, so it is in the content key; the URL is only where to get it."""
+    url: str
+    sha256: str
     dest: str
     mode: str
 
@@ -546,6 +558,41 @@ def _files(spec: ParamSpec, value: Any) -> tuple:
     return tuple(out)
 
 
+DOWNLOAD_URL = re.compile(rf"^(?:https://{_HOST}(?::[0-9]{{1,5}})?|http://(?:127\.0\.0\.1|localhost)(?::[0-9]{{1,5}})?)"
+                          r"(?:/[A-Za-z0-9._~%+=,@-]+)+\Z")
+
+
+def _downloads(spec: ParamSpec, value: Any) -> tuple:
+    """Files fetched by URL: [{url: https://..., sha256: 64 hex digits, dest: /ABS/PATH, mode: "0755"}]."""
+    if not isinstance(value, list):
+        raise ParamError(f"expected a list of {{url, sha256, dest, mode}}, got {type_name(value)}")
+    out, dests = [], set()
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or not {"url", "sha256", "dest"} <= set(item) or set(item) - {"url", "sha256", "dest", "mode"}:
+            raise ParamError("expected a mapping with url, sha256, dest and optional mode", (i,))
+        url = _wrap(text, (i, "url"), item["url"], "a URL")
+        if _USERINFO.match(url):
+            raise ParamError(f"{redact(url)!r} holds credentials; a download is fetched without them and pinned by "
+                             "its sha256", (i, "url"), hint="put the file on a server that needs none, or in a wheelhouse")
+        if not DOWNLOAD_URL.match(url):
+            raise ParamError(f"{redact(url)[:200]!r} is not a download URL (https://HOST/PATH; http only on loopback; "
+                             "no query)", (i, "url"))
+        digest = _wrap(text, (i, "sha256"), item["sha256"], "a sha256")
+        if not SHA256.match(digest):
+            raise ParamError(f"{digest[:80]!r} is not a sha256 (64 lower-case hex digits)", (i, "sha256"),
+                             hint="sha256sum FILE prints it")
+        dest = _wrap(_path, (i, "dest"), spec, item["dest"])
+        mode = item.get("mode", "0644")
+        if mode not in MODES:
+            raise ParamError(f"{mode!r} is not a file mode imgbuild writes", (i, "mode"),
+                             hint="allowed: " + ", ".join(MODES) + " (quoted, e.g. \"0755\")")
+        if dest in dests or dest.endswith("/"):
+            raise ParamError(f"{dest!r} is a folder or a second download to the same place", (i, "dest"))
+        dests.add(dest)
+        out.append(Download(url, digest, dest, mode))
+    return tuple(out)
+
+
 def _uninstall(spec: ParamSpec, value: Any) -> Uninstall:
     if not isinstance(value, dict) or set(value) != {"packages", "reason"}:
         raise ParamError("expected a mapping with packages (names) and reason (why the base's copy goes)")
@@ -656,6 +703,7 @@ _CONVERTERS: dict[str, Callable[[ParamSpec, Any], Any]] = {
     "str": _str, "int": _int, "bool": _bool, "version": _version, "enum": _enum, "list": _list,
     "map": _map, "git": _git, "requirements": _requirements, "wheel": _wheel, "path": _path, "apt": _apt,
     "env": _env, "index": _index, "file": _file, "files": _files, "uninstall": _uninstall, "users": _users,
+    "downloads": _downloads,
     "links": _links, "argv": _argv, "options": _options, "names": _names, "relpath": _relpath, "gpus": _gpus, "reason": _reason,
 }
 assert set(_CONVERTERS) == set(TYPES)

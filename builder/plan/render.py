@@ -81,6 +81,12 @@ def input_path(ref: FileRef) -> str:
     return f"inputs/{ref.sha256}"
 
 
+def download_path(download) -> str:
+    """Where a file fetched by URL lies in the build context: by its sha256, which the COPY line (and with
+    it the content key) names."""
+    return f"downloads/{download.sha256}"
+
+
 def _skeleton_loader(path: Path) -> jinja2.BaseLoader:
     """Answers for Dockerfile.j2 only: the one skeleton file, wherever it lives."""
     def load(name: str):
@@ -114,6 +120,7 @@ def environment(where: Path | Templates) -> jinja2.Environment:
     )
     env.globals["refuse"] = refuse
     env.filters.update(dq=dq, sh=sh, shjoin=shjoin, env_value=env_value, input_path=input_path,
+                       download_path=download_path,
                        prepend_to=prepend_to)
     return env
 

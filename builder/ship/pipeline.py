@@ -34,10 +34,11 @@ from builder.plan.keys import KEY_LEN, Node, Plan, file_refs, image_ref, make_pl
 from builder.rules.review import gate
 from builder.ship.publish import PublishError, promote, release_serial
 from builder.ship.registry import Registry
-from builder.plan.render import input_path
+from builder.plan.render import download_path, input_path
 from builder.ship.schedule import Handoff, schedule
 from builder.ship.sources import export
-from builder.load.params import FileRef
+from builder.load.params import Download, FileRef
+from builder.ship.downloads import place
 from builder.load.ciconf import release_refusal
 from builder.load.spec import Spec
 
@@ -103,6 +104,8 @@ def assemble_context(node: Node, hostconf: HostConf, dest: Path) -> Path:
         export(pin, dest / "sources" / name)
     for ref in {r for _, v in node.layer.params for r in file_refs(v)}:
         copy_input(ref, dest / input_path(ref))
+    for download in {d for _, v in node.layer.params if isinstance(v, tuple) for d in v if isinstance(d, Download)}:
+        place(download, dest / download_path(download), hostconf.ca_bundle)
     if node.locked:   # the lock's requirements files, bind-mounted by the pinned pip commands
         (dest / "imgbuild-lock").mkdir()
         for n, text in enumerate(node.locked):

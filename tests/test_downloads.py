@@ -1,0 +1,118 @@
+"""Files fetched by URL and pinned by sha256 (issue 21: yq, uv, an installer), without an engine: the
+`downloads` parameter type and its refusals, the rendered COPY and the key, and the host-side fetch with
+its cache. tests/test_docker_downloads.py builds one into a real image."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import threading
+
+import pytest
+import yaml
+
+from conftest import STACKS, run_cli
+from builder.errors import SourceError
+from builder.load.params import Download
+from builder.load.spec import load_spec
+from builder.plan.keys import make_plan
+from builder.ship import downloads
+
+BODY = b"#!/bin/sh\necho tool 1.0\n"
+SHA = hashlib.sha256(BODY).hexdigest()
+
+
+def site(tmp_path, items) -> "Path":
+    data = yaml.safe_load(STACKS.read_text())
+    data["layers"]["tools"] = {"kind": "system-setup", "params": {"downloads": items}}
+    data["stacks"]["cpu-tools"] = {"extends": "cpu-smoke", "layers": ["cpu-torch-2.13", "ds-0.19.8-cpu", "tools"]}
+    f = tmp_path / "stacks.yaml"
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    return f
+
+
+ONE = {"url": "https://github.com/example/tool/releases/download/v1.0/tool_linux_amd64", "sha256": SHA,
+       "dest": "/usr/local/bin/tool", "mode": "0755"}
+
+
+def node(f, name="tools"):
+    spec = load_spec(f)
+    return next(n for n in make_plan(spec, ["cpu-tools"], {"debian-bookworm": "sha256:" + "ab" * 32}).nodes.values()
+                if n.name == name)
+
+
+def test_a_download_is_copied_by_its_sha256_and_the_key_follows_the_bytes_not_the_url(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir(), (tmp_path / "c").mkdir()
+    n = node(site(tmp_path / "a", [ONE]))
+    assert f"COPY --chmod=0755 downloads/{SHA} /usr/local/bin/tool\n" in n.dockerfile
+    mirror = node(site(tmp_path / "b", [{**ONE, "url": "https://mirror.example/tools/tool_linux_amd64"}]))
+    other = node(site(tmp_path / "c", [{**ONE, "sha256": "cd" * 32}]))
+    assert mirror.key == n.key and other.key != n.key
+
+
+@pytest.mark.parametrize("item,key,reason", [
+    ({**ONE, "url": "ftp://example.org/tool"}, "[0].url", "is not a download URL"),
+    ({**ONE, "url": "http://example.org/tool"}, "[0].url", "http only on loopback"),
+    ({**ONE, "url": "https://example.org/tool?version=latest"}, "[0].url", "no query"),
+    ({**ONE, "url": "https://user:s3cret@example.org/tool"}, "[0].url", "credential"),
+    ({**ONE, "sha256": "AB" * 32}, "[0].sha256", "is not a sha256"),
+    ({**ONE, "sha256": "ab" * 31}, "[0].sha256", "is not a sha256"),
+    ({**ONE, "dest": "usr/local/bin/tool"}, "[0].dest", "is not an absolute path"),
+    ({**ONE, "dest": "/usr/local/bin/"}, "[0].dest", "is a folder"),
+    ({**ONE, "mode": "4755"}, "[0].mode", "is not a file mode imgbuild writes"),
+    ({k: v for k, v in ONE.items() if k != "sha256"}, "[0]", "expected a mapping with url, sha256, dest"),
+    ({**ONE, "checksum": "x"}, "[0]", "expected a mapping with url, sha256, dest"),
+])
+def test_a_bad_download_is_refused_naming_its_key(tmp_path, item, key, reason):
+    res = run_cli("check", "-f", site(tmp_path, [item]))
+    assert res.code == 2, res.output
+    assert f"layers.tools.params.downloads{key}" in res.err and reason in res.err, res.err
+    assert "s3cret" not in res.output
+
+
+def test_two_downloads_to_one_place_are_refused(tmp_path):
+    res = run_cli("check", "-f", site(tmp_path, [ONE, {**ONE, "sha256": "cd" * 32}]))
+    assert res.code == 2 and "a second download to the same place" in res.err, res.err
+
+
+@pytest.fixture
+def server(tmp_path):
+    root = tmp_path / "srv"
+    root.mkdir()
+    (root / "tool").write_bytes(BODY)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield {"root": root, "url": f"http://127.0.0.1:{srv.server_address[1]}/tool", "server": srv}
+    srv.shutdown()
+
+
+def test_fetched_once_verified_and_kept_by_sha256(tmp_path, server, monkeypatch):
+    monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "cache"))
+    d = Download(server["url"], SHA, "/usr/local/bin/tool", "0755")
+    path = downloads.fetch(d)
+    assert path == tmp_path / "cache" / "downloads" / SHA and path.read_bytes() == BODY
+    server["server"].shutdown()                    # offline now: the cache answers
+    assert downloads.fetch(d).read_bytes() == BODY
+    downloads.place(d, tmp_path / "ctx" / "downloads" / SHA)
+    assert (tmp_path / "ctx" / "downloads" / SHA).read_bytes() == BODY
+
+
+def test_a_changed_file_on_the_server_is_refused_and_nothing_is_kept(tmp_path, server, monkeypatch):
+    monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "cache"))
+    (server["root"] / "tool").write_bytes(BODY + b"# changed\n")
+    for _ in range(2):   # the same answer every time: nothing half-written stays behind
+        with pytest.raises(SourceError) as err:
+            downloads.fetch(Download(server["url"], SHA, "/usr/local/bin/tool", "0755"))
+        assert f"stacks.yaml says {SHA}" in err.value.message and "is not the file stacks.yaml pins" in err.value.message
+        assert list((tmp_path / "cache" / "downloads").iterdir()) == []
+
+
+def test_an_unreachable_url_says_where_a_host_without_network_puts_the_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(SourceError) as err:
+        downloads.fetch(Download("http://127.0.0.1:9/tool", SHA, "/t", "0644"))
+    assert "cannot fetch http://127.0.0.1:9/tool" in err.value.message
+    assert str(tmp_path / "cache" / "downloads" / SHA) in err.value.hint
