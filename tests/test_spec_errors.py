@@ -574,3 +574,46 @@ def test_a_refused_site_leaves_the_stacks_checked(write):
     assert [line.split(": ", 2)[2] for line in refusal_lines(res.err)] == [
         "site.namespace: 'Imgbuild' is not a valid repository path",
         "stacks.s1.gpus[0]: unknown GPU 'h100' (did you mean 'H100'?)"], res.err
+
+
+# A kind.yaml with five independent mistakes and one that depends on another (a check naming a refused
+# parameter): each mistake once, in one run, in the order of the file.
+FIVE_IN_A_KIND = """description: x
+role: layr
+params:
+  version: {type: verison}
+  flag: {type: bool, colour: blue}
+compiles_cuda: maybe
+checks:
+  - id: v
+    check: dist-version
+    args: {dist: pinned, equals: "param:version"}
+  - id: w
+    check: wat
+versions:
+  pinned: [pinned]
+"""
+
+
+def test_every_independent_mistake_of_a_kind_file_is_reported_in_one_run(tmp_path):
+    """Issue 20 left kind.yaml at its first mistake: a site kind with five took five runs. Now one, as for
+    stacks.yaml, and a check that names a parameter refused above is not refused again for that."""
+    root = copy_kinds(tmp_path / "site")
+    kind = root / "layers" / "pinned"
+    kind.mkdir()
+    (kind / "kind.yaml").write_text(FIVE_IN_A_KIND)
+    (kind / "fragment.j2").write_text("RUN true\n")
+    res = run_cli("check", "-f", write_stacks(root, VALID))
+    assert res.code == 2, res.output
+    where = kind / "kind.yaml"
+    assert refusal_lines(res.err) == [
+        f"spec error[IB208]: {where}:2: role: 'layr' is not a role",
+        f"spec error[IB208]: {where}:4: params.version.type: 'verison' is not a parameter type",
+        f"spec error[IB201]: {where}:5: params.flag.colour: unknown key 'colour'",
+        f"spec error[IB208]: {where}:6: compiles_cuda: 'maybe' is not allowed",
+        f"spec error[IB208]: {where}:12: checks[1].check: 'wat' is not a check type",
+    ], res.err
+    assert res.err.endswith(f"\n5 spec errors in {where}\n"), res.err
+    body = json.loads(run_cli("check", "-f", write_stacks(root, VALID), "--json").out)
+    assert [e["key"] for e in body["errors"]] == ["role", "params.version.type", "params.flag.colour",
+                                                  "compiles_cuda", "checks[1].check"], body

@@ -7,11 +7,12 @@ import hashlib
 import os
 import re
 import stat
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder.errors import SpecError
+from builder.errors import SpecError, SpecErrors
 from builder.load.params import TYPES, ParamError, ParamSpec
 from builder.load.yamlsrc import Doc, dotted, load_file
 
@@ -133,7 +134,32 @@ def _hash_files(folder: Path) -> tuple:
     return tuple(out)
 
 
+class _Refusals(list):
+    """The independent refusals of one kind folder (issue 20: every mistake at once). `guard()` records a
+    refusal and lets reading go on with what does not depend on it; `unread` names the parameters that
+    were refused, so nothing that names them is refused again for that (a cascade)."""
+
+    def __init__(self):
+        super().__init__()
+        self.unread: set = set()
+
+    @contextmanager
+    def guard(self):
+        try:
+            yield
+        except SpecError as exc:
+            self.append(exc)
+
+    def raise_all(self) -> None:
+        if len(self) == 1:
+            raise self[0]
+        if self:
+            raise SpecErrors(sorted(self, key=lambda e: (e.file or "", e.line or 0)))
+
+
 def load_kind(folder: Path) -> Kind:
+    """A kind folder, every independent mistake of its kind.yaml reported at once (SpecErrors). A name
+    that cannot be a kind, or a kind.yaml that is not a YAML mapping, stops the reading at once."""
     if not KIND_NAME.match(folder.name):
         # repr: a name holding a control character must not break (or forge) the message
         raise SpecError(f"{folder.name!r} is not a valid kind name: use lowercase letters, digits and . _ - "
@@ -142,94 +168,130 @@ def load_kind(folder: Path) -> Kind:
     doc = load_file(folder / "kind.yaml")
     data = doc.data
     _require(doc, (), data, dict, "a mapping")
-    _unknown(doc, (), data, KIND_KEYS)
+    refused = _Refusals()
+    with refused.guard():
+        _unknown(doc, (), data, KIND_KEYS)
     for key in ("description", "role"):
         if key not in data:
-            raise doc.error((key,), "missing required key")
-    role = data["role"]
-    if role not in ROLES:
-        raise doc.error(("role",), f"{role!r} is not a role", hint="allowed: " + ", ".join(ROLES))
+            refused.append(doc.error((key,), "missing required key"))
+    role = data.get("role")
+    if "role" in data and role not in ROLES:
+        refused.append(doc.error(("role",), f"{role!r} is not a role", hint="allowed: " + ", ".join(ROLES)))
     cuda = data.get("compiles_cuda", "never")
     if cuda not in CUDA_MODES:
-        raise doc.error(("compiles_cuda",), f"{cuda!r} is not allowed", hint="allowed: " + ", ".join(CUDA_MODES))
+        refused.append(doc.error(("compiles_cuda",), f"{cuda!r} is not allowed", hint="allowed: " + ", ".join(CUDA_MODES)))
     params: dict[str, ParamSpec] = {}
-    for pname, pdef in _require(doc, ("params",), data.get("params", {}), dict, "a mapping").items():
-        path = ("params", pname)
-        _require(doc, path, pdef, dict, "a mapping with a type")
-        _unknown(doc, path, pdef, PARAM_KEYS)
-        ptype = pdef.get("type")
-        if pname == "apt" and ptype == "list":
-            ptype = "apt"   # an apt list of an older site kind gets the Debian package name grammar too
-        if ptype not in TYPES:
-            raise doc.error(path + ("type",), f"{ptype!r} is not a parameter type", hint="allowed: " + ", ".join(TYPES))
-        spec = ParamSpec(name=pname, type=ptype, required=bool(pdef.get("required", False)),
-                         choices=tuple(pdef.get("choices", ())), doc=str(pdef.get("doc", "")))
-        if "default" in pdef and pdef["default"] is not None:
-            try:
-                spec = ParamSpec(**{**spec.__dict__, "default": spec.convert(pdef["default"])})
-            except ParamError as exc:
-                raise doc.error(path + ("default",) + exc.path, exc.reason) from None
-        params[pname] = spec
+    with refused.guard():
+        given = _require(doc, ("params",), data.get("params", {}), dict, "a mapping")
+        for pname, pdef in given.items():
+            with refused.guard():
+                refused.unread.add(pname)
+                params[pname] = _param(doc, pname, pdef)
+                refused.unread.discard(pname)
     cparam = data.get("compiles_cuda_param")
-    if cparam is not None and cparam not in params:
-        raise doc.error(("compiles_cuda_param",), f"{cparam!r} is not a parameter of this kind")
+    if cparam is not None and cparam not in params and cparam not in refused.unread:
+        refused.append(doc.error(("compiles_cuda_param",), f"{cparam!r} is not a parameter of this kind"))
     checks = []
-    for i, cdef in enumerate(_require(doc, ("checks",), data.get("checks", []), list, "a list")):
-        path = ("checks", i)
-        _require(doc, path, cdef, dict, "a mapping")
-        _unknown(doc, path, cdef, CHECK_KEYS)
-        if cdef.get("check") not in CHECK_TYPES:
-            raise doc.error(path + ("check",), f"{cdef.get('check')!r} is not a check type",
-                            hint="allowed: " + ", ".join(CHECK_TYPES))
-        if not isinstance(cdef.get("id"), str):
-            raise doc.error(path + ("id",), "every check needs an id")
-        args = _require(doc, path + ("args",), cdef.get("args", {}), dict, "a mapping")
-        for key, value in args.items():
-            if isinstance(value, str) and value.startswith("stack:") and value[6:] not in STACK_VALUES:
-                raise doc.error(path + ("args", key), f"{value!r} names no value of the stack",
-                                hint="allowed: " + ", ".join("stack:" + v for v in STACK_VALUES))
-            named = [n for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)
-                     for n in ([v[6:]] if v.startswith("param:") else re.findall(r"\{param:([^}]*)\}", v))]
-            for pname in named:
-                if pname not in params:
-                    raise doc.error(path + ("args", key), f"{value!r} names no parameter of this kind ({pname!r})")
-        checks.append(CheckSpec(id=f"{folder.name}.{cdef['id']}", check=cdef["check"],
-                                gpu=bool(cdef.get("gpu", False)), args=tuple(sorted(args.items())),
-                                doc=str(cdef.get("doc", ""))))
+    with refused.guard():
+        for i, cdef in enumerate(_require(doc, ("checks",), data.get("checks", []), list, "a list")):
+            with refused.guard():
+                checks.append(_check(doc, folder, ("checks", i), cdef, params, refused.unread))
     versions = []
-    for vfield, dists in _require(doc, ("versions",), data.get("versions", {}), dict, "a mapping").items():
-        if not isinstance(vfield, str) or not VERSION_FIELD.match(vfield):
-            raise doc.error(("versions", vfield), "a version field is lower case letters, digits and _",
-                            hint="e.g. flash_attn: [flash-attn, flash_attn]")
-        names = _strings(doc, ("versions", vfield), dists)
-        if not names or not all(DIST_NAME.match(n) for n in names):
-            raise doc.error(("versions", vfield), "expected one or more distribution names as pip knows them")
-        versions.append((vfield, names))
+    with refused.guard():
+        for vfield, dists in _require(doc, ("versions",), data.get("versions", {}), dict, "a mapping").items():
+            with refused.guard():
+                if not isinstance(vfield, str) or not VERSION_FIELD.match(vfield):
+                    raise doc.error(("versions", vfield), "a version field is lower case letters, digits and _",
+                                    hint="e.g. flash_attn: [flash-attn, flash_attn]")
+                names = _strings(doc, ("versions", vfield), dists)
+                if not names or not all(DIST_NAME.match(n) for n in names):
+                    raise doc.error(("versions", vfield), "expected one or more distribution names as pip knows them")
+                versions.append((vfield, names))
     facts = []
-    for fname, ref in _require(doc, ("facts",), data.get("facts", {}), dict, "a mapping").items():
-        if fname not in LAYER_FACTS:
-            raise doc.error(("facts", fname), f"{fname!r} is not a fact a layer can declare",
-                            hint="allowed: " + ", ".join(LAYER_FACTS))
-        pname = ref[6:] if isinstance(ref, str) and ref.startswith("param:") else None
-        if pname not in params or params[pname].type != "version":
-            raise doc.error(("facts", fname), f"expected 'param:NAME' naming a version parameter, not {ref!r}")
-        facts.append((fname, pname))
+    with refused.guard():
+        for fname, ref in _require(doc, ("facts",), data.get("facts", {}), dict, "a mapping").items():
+            with refused.guard():
+                if fname not in LAYER_FACTS:
+                    raise doc.error(("facts", fname), f"{fname!r} is not a fact a layer can declare",
+                                    hint="allowed: " + ", ".join(LAYER_FACTS))
+                pname = ref[6:] if isinstance(ref, str) and ref.startswith("param:") else None
+                if pname in refused.unread:
+                    continue
+                if pname not in params or params[pname].type != "version":
+                    raise doc.error(("facts", fname), f"expected 'param:NAME' naming a version parameter, not {ref!r}")
+                facts.append((fname, pname))
     if not (folder / "fragment.j2").is_file():
-        raise SpecError("layer kind has no fragment.j2", file=str(folder))
+        refused.append(SpecError("layer kind has no fragment.j2", file=str(folder)))
+    needs = provides = ()
+    with refused.guard():
+        needs = _strings(doc, ("needs",), data.get("needs", []))
+    with refused.guard():
+        provides = _strings(doc, ("provides",), data.get("provides", []))
+    files = ()
+    with refused.guard():
+        files = _hash_files(folder / "files")
+    refused.raise_all()
     return Kind(name=folder.name, folder=folder, description=str(data["description"]), role=role,
-                base_family=data.get("base_family"), needs=_strings(doc, ("needs",), data.get("needs", [])),
-                provides=_strings(doc, ("provides",), data.get("provides", [])), compiles_cuda=cuda,
+                base_family=data.get("base_family"), needs=needs, provides=provides, compiles_cuda=cuda,
                 compiles_cuda_param=cparam, params=params, checks=tuple(checks),
-                files=_hash_files(folder / "files"), versions=tuple(versions), facts=tuple(facts))
+                files=files, versions=tuple(versions), facts=tuple(facts))
+
+
+def _param(doc: Doc, pname: str, pdef: Any) -> ParamSpec:
+    path = ("params", pname)
+    _require(doc, path, pdef, dict, "a mapping with a type")
+    _unknown(doc, path, pdef, PARAM_KEYS)
+    ptype = pdef.get("type")
+    if pname == "apt" and ptype == "list":
+        ptype = "apt"   # an apt list of an older site kind gets the Debian package name grammar too
+    if ptype not in TYPES:
+        raise doc.error(path + ("type",), f"{ptype!r} is not a parameter type", hint="allowed: " + ", ".join(TYPES))
+    spec = ParamSpec(name=pname, type=ptype, required=bool(pdef.get("required", False)),
+                     choices=tuple(pdef.get("choices", ())), doc=str(pdef.get("doc", "")))
+    if "default" in pdef and pdef["default"] is not None:
+        try:
+            spec = ParamSpec(**{**spec.__dict__, "default": spec.convert(pdef["default"])})
+        except ParamError as exc:
+            raise doc.error(path + ("default",) + exc.path, exc.reason) from None
+    return spec
+
+
+def _check(doc: Doc, folder: Path, path: tuple, cdef: Any, params: dict, unread: set) -> CheckSpec:
+    _require(doc, path, cdef, dict, "a mapping")
+    _unknown(doc, path, cdef, CHECK_KEYS)
+    if cdef.get("check") not in CHECK_TYPES:
+        raise doc.error(path + ("check",), f"{cdef.get('check')!r} is not a check type",
+                        hint="allowed: " + ", ".join(CHECK_TYPES))
+    if not isinstance(cdef.get("id"), str):
+        raise doc.error(path + ("id",), "every check needs an id")
+    args = _require(doc, path + ("args",), cdef.get("args", {}), dict, "a mapping")
+    for key, value in args.items():
+        if isinstance(value, str) and value.startswith("stack:") and value[6:] not in STACK_VALUES:
+            raise doc.error(path + ("args", key), f"{value!r} names no value of the stack",
+                            hint="allowed: " + ", ".join("stack:" + v for v in STACK_VALUES))
+        named = [n for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)
+                 for n in ([v[6:]] if v.startswith("param:") else re.findall(r"\{param:([^}]*)\}", v))]
+        for pname in named:
+            if pname not in params and pname not in unread:
+                raise doc.error(path + ("args", key), f"{value!r} names no parameter of this kind ({pname!r})")
+    return CheckSpec(id=f"{folder.name}.{cdef['id']}", check=cdef["check"], gpu=bool(cdef.get("gpu", False)),
+                     args=tuple(sorted(args.items())), doc=str(cdef.get("doc", "")))
 
 
 def load_kinds(layers_dir: Path) -> dict[str, Kind]:
+    """Every kind folder of a layers/ folder; the refusals of all of them together."""
     if not layers_dir.is_dir():
         raise SpecError("layers folder not found", file=str(layers_dir))
-    kinds = {}
+    kinds, refused = {}, _Refusals()
     for folder in sorted(layers_dir.iterdir()):
         if folder.is_dir() and (folder / "kind.yaml").exists():
-            kinds[folder.name] = load_kind(folder)
+            try:
+                kinds[folder.name] = load_kind(folder)
+            except SpecErrors as exc:
+                refused.extend(exc.errors)
+            except SpecError as exc:
+                refused.append(exc)
+    refused.raise_all()
     return kinds
 
 
