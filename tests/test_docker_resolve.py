@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import hashlib
 import http.server
 import os
@@ -133,7 +134,7 @@ RUN {{ m.net() }}
 """
 
 
-def _site(work: Path, name: str, namespace: str) -> Path:
+def _site(work: Path, name: str, namespace: str, above: list | None = None) -> Path:
     folder = work / name
     (folder / "layers" / "demo-env").mkdir(parents=True)
     (folder / "layers" / "demo-env" / "kind.yaml").write_text(KIND)
@@ -142,6 +143,9 @@ def _site(work: Path, name: str, namespace: str) -> Path:
             "bases": {"debian-bookworm": yaml.safe_load((ROOT / "stacks.yaml").read_text())["bases"]["debian-bookworm"]},
             "layers": {"demo": {"kind": "demo-env", "params": {"packages": ["imgbuild-demo-app==1.0"]}}},
             "stacks": {"demo": {"base": "debian-bookworm", "layers": ["demo"], "tags": ["{stack}"]}}}
+    if above:   # a pip layer above the demo environment, with these requirements
+        data["layers"]["plugin"] = {"kind": "pip", "params": {"packages": above}}
+        data["stacks"]["demo"]["layers"].append("plugin")
     (folder / "stacks.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return folder / "stacks.yaml"
 
@@ -215,3 +219,28 @@ def test_a_hand_edited_hash_fails_the_build_and_moves_no_tag(work, index):
     assert "THESE PACKAGES DO NOT MATCH THE HASHES" in out or "do not match the hashes" in out.lower(), out[-3000:]
     from builder.ship.registry import Registry
     assert Registry(REGISTRY).manifest_digest(f"{NS}-drift-e/demo", "demo") is None
+
+
+def test_a_resolution_that_replaces_a_package_beneath_is_refused_before_any_build(work, index):
+    """Issue 21: the demo environment is locked and built with demo-dep 1.0; a plugin layer above asks for
+    demo-plugin, which requires demo-dep==1.1. `lock python=plugin` records that the set replaces 1.0 of
+    the image beneath and why; `check` (and so every build) refuses it, naming the chain (IB097)."""
+    env = {"IMGBUILD_PIP_INDEX_URL": index["url"], "IMGBUILD_BUILD_NETWORK": "host"}
+    f = _site(work, "replaces", NS + "-replaces", above=["imgbuild-demo-plugin==1.0"])
+    proc = imgbuild(work, "lock", "python=demo", "-f", str(f), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # Only the demo environment (a CI node job): the plugin's requirement is not on the index yet.
+    keys = json.loads(imgbuild(work, "plan", "stack=demo", "--json", "-f", str(f)).stdout)["stacks"]["demo"]["nodes"]
+    proc = imgbuild(work, "build", "--node", keys[0], "-f", str(f), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _wheel(index["root"], "imgbuild-demo-dep", "1.1")
+    _wheel(index["root"], "imgbuild-demo-plugin", "1.0", ("imgbuild-demo-dep==1.1",))
+    _publish(index["root"])
+    proc = imgbuild(work, "lock", "python=plugin", "-f", str(f), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    dep = load_lock(f).python["plugin"].dists()["imgbuild-demo-dep"]
+    assert (dep.version, dep.replaces) == ("1.1", "1.0") and dep.required_by == ("imgbuild-demo-plugin (imgbuild-demo-dep==1.1)",)
+    proc = imgbuild(work, "check", "stack=demo", "-f", str(f), env=env)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "error IB097 [demo]" in proc.stdout and "replaces imgbuild-demo-dep 1.0 of the image beneath with 1.1 " \
+        "(required by: imgbuild-demo-plugin (imgbuild-demo-dep==1.1))" in proc.stdout, proc.stdout

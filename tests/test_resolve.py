@@ -178,3 +178,36 @@ def test_no_lock_file_is_stale(tmp_path):
     file.write_text(STACKS.read_text())
     res = run_cli("lock", "--check", "-f", file)
     assert res.code == 1 and "no lock file" in res.out, res.output
+
+
+def test_what_the_set_would_replace_is_read_with_the_resolvers_chain():
+    """The image beneath has hjson 3.0.0: the report's hjson 3.1.0 replaces it, and deepspeed's own
+    requirements say why (markers of the report's environment; extras left out)."""
+    data = json.loads(REPORT.read_text())
+    data["install"][0]["metadata"]["requires_dist"] = ["hjson", "tqdm; extra == \"dev\"", "pydantic_core>=2"]
+    got = {d.name: d for d in read_report(json.dumps(data).encode(), "r", {"hjson": "3.0.0", "deepspeed": "0.19.8"})}
+    assert got["hjson"].replaces == "3.0.0" and got["hjson"].required_by == ["deepspeed (hjson)"]
+    assert got["deepspeed"].replaces is None          # the same version beneath: nothing replaced
+    assert got["pydantic_core"].required_by == ["deepspeed (pydantic_core>=2)"]
+
+
+def test_the_resolver_reads_what_the_image_beneath_holds_before_the_first_pip_command():
+    text, _ = resolving(nodes()["ds-0.19.8-cpu"].dockerfile)
+    before = text.index("RUN (python -m pip list --format=json 2>/dev/null || echo '[]') > /tmp/imgbuild-resolve-before.json")
+    assert before < text.index("--dry-run") and text.count("imgbuild-resolve-before.json") == 1
+
+
+def test_a_resolution_that_replaces_a_package_beneath_is_refused_with_its_chain(tmp_path):
+    """IB097: pulled in by another requirement, an error naming the chain; asked for by the layer, a
+    warning. The check refuses before any build."""
+    step = [dict(STEP[0][0]), {**STEP[0][1], "replaces": "3.0.0", "required_by": ["deepspeed (hjson)"]}]
+    file = _locked(tmp_path, [step])
+    res = run_cli("check", "stack=cpu-smoke", "--json", "-f", file)
+    assert res.code == 3, res.output
+    found = [f for f in json.loads(res.out)["findings"] if f["rule"] == "IB097"]
+    assert [(f["severity"], f["key"]) for f in found] == [("error", "layers.ds-0.19.8-cpu")], found
+    assert "replaces hjson 3.0.0 of the image beneath with 3.1.0 (required by: deepspeed (hjson))" in found[0]["message"]
+    step[1]["requested"] = True
+    file = _locked(tmp_path / "asked", [step]) if (tmp_path / "asked").mkdir() is None else None
+    res = run_cli("check", "stack=cpu-smoke", "--json", "-f", file)
+    assert res.code == 0 and [f["severity"] for f in json.loads(res.out)["findings"] if f["rule"] == "IB097"] == ["warning"]

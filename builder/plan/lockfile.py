@@ -48,6 +48,8 @@ class LockedDist:
     sha256: str | None   # None: a local source folder the layer builds (no artifact to hash)
     url: str
     requested: bool
+    replaces: str | None = None   # the version of the image beneath that this one replaces (IB097)
+    required_by: tuple = ()       # what in the set asks for it: "name (requirement)"
 
 
 @dataclass(frozen=True)
@@ -117,8 +119,11 @@ def _python(rec: dict) -> LockedPython:
             Version(version)
             if digest is not None and not SHA256.match(str(digest)):
                 raise ValueError(f"{name} {version}: sha256 {str(digest)[:80]!r} is not 64 hex digits")
+            replaces = d.get("replaces")
             dists.append(LockedDist(name=name, version=version, sha256=digest, url=str(d["url"]),
-                                    requested=bool(d.get("requested"))))
+                                    requested=bool(d.get("requested")),
+                                    replaces=None if replaces is None else str(replaces),
+                                    required_by=tuple(str(r) for r in d.get("required_by") or ())))
         steps.append(tuple(dists))
     return LockedPython(stack=str(rec["stack"]), parent=str(rec["parent"]), definition=str(rec["definition"]),
                         resolved=str(rec["resolved"]), steps=tuple(steps))

@@ -20,7 +20,7 @@ from builder.rules import preflight as preflight_module
 from builder.rules.findings import Finding, errors, ordered, strict as make_strict, summary
 from builder.rules.lint import lint_rendered, lint_spec
 from builder.plan.lockfile import Lock, load_lock
-from builder.plan.keys import make_plan
+from builder.plan.keys import make_plan, python_entry
 from builder.rules.preflight import preflight
 from builder.load.spec import Spec
 
@@ -73,7 +73,7 @@ def review(spec: Spec, stacks: list[str], strict: bool = False, require_locked: 
     # here needs no registry.
     plan = make_plan(spec, stacks)
     rendered = lint_rendered(spec, plan, lock)
-    found = preflight(spec, stacks, lock) + lint_spec(spec, stacks, lock) + rendered
+    found = preflight(spec, stacks, lock) + lint_spec(spec, stacks, lock) + rendered + replaced(spec, stacks, lock)
     if require_locked:
         found += _unlocked(spec, stacks, lock) + unpinned(spec, plan, stacks, "error")
     found = _waive(spec, stacks, found, set(rendered))
@@ -94,6 +94,37 @@ def _unlocked(spec: Spec, stacks: list[str], lock: Lock | None) -> list[Finding]
                            "--require-locked wants every base measured", file=spec.file,
                            line=spec.doc.line(key) if spec.doc else None, key=dotted(key), stack=name,
                            fix=f"imgbuild lock base={base.name}, and commit the lock file"))
+    return out
+
+
+def replaced(spec: Spec, stacks: list[str], lock: Lock | None) -> list[Finding]:
+    """IB097: a layer's resolved set (the lock file) replaces a package the image beneath it holds: code
+    compiled against the old one (TE, Apex, DeepSpeed's ops) breaks, and the base's blessed versions are
+    gone without a word. Pulled in by another requirement, it is an error, with the resolver's chain; asked
+    for by the layer itself, a warning (it says so); torch, where the layer declares replace_torch, neither
+    (IB070 and IB071 judge a declared swap)."""
+    out, seen = [], set()
+    for name in stacks:
+        stack = spec.stack(name)
+        for layer in stack.chain:
+            entry = python_entry(lock, stack, layer)
+            if entry is None or layer.name in seen:
+                continue
+            seen.add(layer.name)
+            swap = dict(layer.params).get("replace_torch")
+            for d in entry.dists().values():
+                if d.replaces is None or (swap and d.name.lower() == "torch"):
+                    continue
+                key = (layer.section, layer.name)
+                chain = "; ".join(d.required_by) if d.required_by else "asked for by the layer"
+                out.append(Finding(
+                    rule="IB097", severity="warning" if d.requested else "error", file=spec.file,
+                    line=spec.doc.line(key) if spec.doc else None, key=dotted(key), stack=name,
+                    message=f"layer {layer.name}'s resolved set replaces {d.name} {d.replaces} of the image beneath "
+                            f"with {d.version} (required by: {chain})",
+                    source=f"{lock.file}: python.{layer.name}",
+                    fix=f"pin {d.name}=={d.replaces} in the layer (what beneath it holds), or change the requirement "
+                        f"that asks for {d.version}; then imgbuild lock python={layer.name}"))
     return out
 
 

@@ -127,7 +127,7 @@ def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log
         steps = resolve_layer(engine, node.dockerfile, context, parent_ref, node.build_args, hostconf, log, progress)
     # Valid while the layer, those beneath it and the base as named are unchanged (builder.plan.keys.python_entry).
     return {"stack": stack.name, "parent": parent_ref, "definition": stack.layer_definition(name, None),
-            "resolved": stamp(), "steps": [[asdict(d) for d in step] for step in steps]}
+            "resolved": stamp(), "steps": [[_dist(d) for d in step] for step in steps]}
 
 
 def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None],
@@ -208,4 +208,13 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
 
 def _plain_python(rec) -> dict:
     return {"stack": rec.stack, "parent": rec.parent, "definition": rec.definition, "resolved": rec.resolved,
-            "steps": [[asdict(d) for d in step] for step in rec.steps]}
+            "steps": [[_dist(d) for d in step] for step in rec.steps]}
+
+
+def _dist(d) -> dict:
+    """A distribution as the lock file writes it (a Resolved, or a LockedDist read back): replaces only
+    where it replaces something."""
+    out = {**asdict(d), "required_by": list(d.required_by)}
+    if out["replaces"] is None:
+        del out["replaces"]
+    return out

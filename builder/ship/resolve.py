@@ -26,10 +26,11 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -44,6 +45,9 @@ USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
 MAX_REPORT_BYTES = 8 << 20
 
 
+BEFORE = "/tmp/imgbuild-resolve-before.json"
+
+
 @dataclass(frozen=True)
 class Resolved:
     """One distribution a pip step installs: as pip names it, its exact version, and the artifact."""
@@ -52,6 +56,8 @@ class Resolved:
     sha256: str | None     # None: a local folder (a source tree the layer builds), which has no hash
     url: str
     requested: bool        # named in the command, not pulled in by another
+    replaces: str | None = None   # the version the image beneath holds, which this one would replace
+    required_by: list = field(default_factory=list)   # what among the set asks for it (the resolver's chain)
 
 
 def resolving(dockerfile: str) -> tuple[str, int]:
@@ -60,7 +66,12 @@ def resolving(dockerfile: str) -> tuple[str, int]:
     starts = [m.start() for m in re.finditer(re.escape(PIP) + r"(?=\s)", dockerfile)]
     if not starts:
         raise SpecError("the layer runs no pip command: there is nothing of it to resolve")
-    out, at = [], 0
+    # What the image beneath holds, read just before the layer's first pip command runs: a version the
+    # resolution would replace is recorded as such (preflight refuses it, IB097).
+    run = dockerfile.rfind("\nRUN ", 0, starts[0]) + 1
+    out = [dockerfile[:run],
+           f"RUN (python -m pip list --format=json 2>/dev/null || echo '[]') > {BEFORE}\n"]
+    at = run
     for n, start in enumerate(starts):
         last = n == len(starts) - 1
         out.append(dockerfile[at:start])
@@ -73,8 +84,35 @@ def resolving(dockerfile: str) -> tuple[str, int]:
     return "".join(out), len(starts)
 
 
-def read_report(data: bytes, where: str) -> list[Resolved]:
-    """pip's installation report (format 1) as what it installs; anything else is refused with the reason."""
+def read_before(data: bytes) -> dict[str, str]:
+    """`pip list --format=json` of the image beneath: canonical name -> version ({} where it has no pip)."""
+    try:
+        listed = json.loads(data or b"[]")
+        return {canonicalize_name(str(d["name"])): str(d["version"]) for d in listed} if isinstance(listed, list) else {}
+    except (ValueError, TypeError, KeyError):
+        raise EngineError("pip list of the image beneath cannot be read") from None
+
+
+def _chains(report: dict) -> dict[str, list[str]]:
+    """canonical name -> the names among the set whose requirements (markers of the report's environment,
+    no extra) ask for it."""
+    env = {**{k: str(v) for k, v in (report.get("environment") or {}).items()}, "extra": ""}
+    out: dict[str, list[str]] = {}
+    for item in report["install"]:
+        for raw in item["metadata"].get("requires_dist") or []:
+            try:
+                req = Requirement(raw)
+                if req.marker is not None and not req.marker.evaluate(env):
+                    continue
+            except (InvalidRequirement, ValueError):
+                continue
+            out.setdefault(canonicalize_name(req.name), []).append(f"{item['metadata']['name']} ({req})")
+    return out
+
+
+def read_report(data: bytes, where: str, before: dict | None = None) -> list[Resolved]:
+    """pip's installation report (format 1) as what it installs; anything else is refused with the reason.
+    before: what the image beneath holds, for what the set would replace."""
     if len(data) > MAX_REPORT_BYTES:
         raise EngineError(f"{where}: pip's report is {len(data)} bytes; at most {MAX_REPORT_BYTES} are read")
     try:
@@ -82,6 +120,7 @@ def read_report(data: bytes, where: str) -> list[Resolved]:
         if not isinstance(report, dict) or report.get("version") != "1" or not isinstance(report.get("install"), list):
             raise ValueError("not a pip installation report of format 1")
         out = []
+        chains = _chains(report)
         for item in report["install"]:
             meta, info = item["metadata"], item["download_info"]
             name, version = str(meta["name"]), str(meta["version"])
@@ -97,8 +136,11 @@ def read_report(data: bytes, where: str) -> list[Resolved]:
             elif not isinstance(digest, str) or not SHA256.match(digest):
                 # pip reports a hash for what it downloaded or read; an archive without one cannot be locked.
                 raise ValueError(f"{name} {version} from {url}: no sha256 in the report")
+            had = (before or {}).get(canonicalize_name(name))
             out.append(Resolved(name=name, version=version, sha256=digest, url=url,
-                                requested=bool(item.get("requested"))))
+                                requested=bool(item.get("requested")),
+                                replaces=had if had is not None and had != version else None,
+                                required_by=chains.get(canonicalize_name(name), [])))
     except (ValueError, TypeError, KeyError, AttributeError, InvalidName, InvalidVersion) as exc:
         raise EngineError(f"{where}: pip's report cannot be read: {exc}") from None
     return out
@@ -118,12 +160,13 @@ def resolve_layer(engine: Engine, dockerfile: str, context: Path, parent_ref: st
                                network=hostconf.network, output=out)
             engine.build(req, log, progress=progress)
         steps = []
+        before = read_before((out / Path(BEFORE).name).read_bytes()) if (out / Path(BEFORE).name).is_file() else {}
         for n in range(count):
             path = out / Path(REPORT.format(n)).name
             if not path.is_file():
                 raise EngineError(f"pip wrote no report for the layer's pip command {n + 1} of {count}",
                                   hint=f"full log: {log}")
-            steps.append(read_report(path.read_bytes(), f"pip command {n + 1} of {count}"))
+            steps.append(read_report(path.read_bytes(), f"pip command {n + 1} of {count}", before))
         return steps
     finally:
         shutil.rmtree(out, ignore_errors=True)
