@@ -268,3 +268,28 @@ def engine_b() -> dict:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     host = proc.stdout.strip().splitlines()[-1].partition("=")[2]
     return {"DOCKER_HOST": host, "IMGBUILD_BUILD_NETWORK": "host"}
+
+
+@pytest.fixture
+def serve():
+    """serve(folder) -> the http://127.0.0.1:PORT URL of a static file server on loopback for that folder
+    (a download server, a package index), stopped when the test ends; serve.stop() stops them sooner."""
+    import functools
+    import http.server
+    import threading
+    servers = []
+
+    def start(folder: Path) -> str:
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+        handler.log_message = lambda *a: None
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    def stop() -> None:
+        while servers:
+            servers.pop().shutdown()
+    start.stop = stop
+    yield start
+    stop()

@@ -4,11 +4,8 @@ file changed stops the build before the engine is asked, with no tag moved."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.server
 import subprocess
-import threading
 
 import pytest
 
@@ -21,16 +18,11 @@ BODY = b"#!/bin/sh\necho imgbuild-download-ok\n"
 
 
 @pytest.fixture
-def server(tmp_path):
+def server(tmp_path, serve):
     root = tmp_path / "srv"
     root.mkdir()
     (root / "tool").write_bytes(BODY)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield {"root": root, "url": f"http://127.0.0.1:{srv.server_address[1]}/tool"}
-    srv.shutdown()
+    return {"root": root, "url": serve(root) + "/tool"}
 
 
 def _tools(url: str, tag: str):

@@ -7,15 +7,12 @@ installs the same set byte for byte, where a build without the lock drifts."""
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import hashlib
-import http.server
 import os
 import re
 import shutil
 import subprocess
-import threading
 import zipfile
 from pathlib import Path
 
@@ -98,19 +95,14 @@ def _publish(root: Path) -> None:
 
 
 @pytest.fixture
-def index(tmp_path):
+def index(tmp_path, serve):
     """A package index on the host's loopback (builds reach it with the host network): demo-app 1.0,
     which asks for demo-dep>=1.0, and demo-dep 1.0. A test publishes more."""
     root = tmp_path / "index"
     _wheel(root, "imgbuild-demo-app", "1.0", ("imgbuild-demo-dep>=1.0",))
     _wheel(root, "imgbuild-demo-dep", "1.0")
     _publish(root)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield {"root": root, "url": f"http://127.0.0.1:{server.server_address[1]}/simple"}
-    server.shutdown()
+    return {"root": root, "url": serve(root) + "/simple"}
 
 
 KIND = """description: A Python environment on the mirrored Debian image with pinned packages (the test's own kind).

@@ -4,10 +4,7 @@ its cache. tests/test_docker_downloads.py builds one into a real image."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.server
-import threading
 
 import pytest
 import yaml
@@ -77,16 +74,11 @@ def test_two_downloads_to_one_place_are_refused(tmp_path):
 
 
 @pytest.fixture
-def server(tmp_path):
+def server(tmp_path, serve):
     root = tmp_path / "srv"
     root.mkdir()
     (root / "tool").write_bytes(BODY)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield {"root": root, "url": f"http://127.0.0.1:{srv.server_address[1]}/tool", "server": srv}
-    srv.shutdown()
+    return {"root": root, "url": serve(root) + "/tool", "stop": serve.stop}
 
 
 def test_fetched_once_verified_and_kept_by_sha256(tmp_path, server, monkeypatch):
@@ -94,7 +86,7 @@ def test_fetched_once_verified_and_kept_by_sha256(tmp_path, server, monkeypatch)
     d = Download(server["url"], SHA, "/usr/local/bin/tool", "0755")
     path = downloads.fetch(d)
     assert path == tmp_path / "cache" / "downloads" / SHA and path.read_bytes() == BODY
-    server["server"].shutdown()                    # offline now: the cache answers
+    server["stop"]()                               # offline now: the cache answers
     assert downloads.fetch(d).read_bytes() == BODY
     downloads.place(d, tmp_path / "ctx" / "downloads" / SHA)
     assert (tmp_path / "ctx" / "downloads" / SHA).read_bytes() == BODY
