@@ -546,16 +546,22 @@ def _files(spec: ParamSpec, value: Any) -> tuple:
         if not isinstance(item, dict) or not {"src", "dest"} <= set(item) or set(item) - {"src", "dest", "mode"}:
             raise ParamError("expected a mapping with src, dest and optional mode", (i,))
         src = _wrap(stack_file, (i, "src"), item["src"])
-        dest = _wrap(_path, (i, "dest"), spec, item["dest"])
-        mode = item.get("mode", "0644")
-        if mode not in MODES:
-            raise ParamError(f"{mode!r} is not a file mode imgbuild writes", (i, "mode"),
-                             hint="allowed: " + ", ".join(MODES) + " (quoted, e.g. \"0644\")")
-        if dest in dests or dest.endswith("/"):
-            raise ParamError(f"{dest!r} is a folder or a second copy to the same place", (i, "dest"))
-        dests.add(dest)
-        out.append(FileCopy(src, dest, mode))
+        out.append(FileCopy(src, *_placed(spec, i, item, dests, "copy")))
     return tuple(out)
+
+
+def _placed(spec: ParamSpec, i: int, item: dict, dests: set, what: str) -> tuple[str, str]:
+    """(dest, mode) of a file put into the image (a copy, a download): an absolute file path used once in
+    the list, and a mode imgbuild writes."""
+    dest = _wrap(_path, (i, "dest"), spec, item["dest"])
+    mode = item.get("mode", "0644")
+    if mode not in MODES:
+        raise ParamError(f"{mode!r} is not a file mode imgbuild writes", (i, "mode"),
+                         hint="allowed: " + ", ".join(MODES) + " (quoted, e.g. \"0644\")")
+    if dest in dests or dest.endswith("/"):
+        raise ParamError(f"{dest!r} is a folder or a second {what} to the same place", (i, "dest"))
+    dests.add(dest)
+    return dest, mode
 
 
 DOWNLOAD_URL = re.compile(rf"^(?:https://{_HOST}(?::[0-9]{{1,5}})?|http://(?:127\.0\.0\.1|localhost)(?::[0-9]{{1,5}})?)"
@@ -570,10 +576,7 @@ def _downloads(spec: ParamSpec, value: Any) -> tuple:
     for i, item in enumerate(value):
         if not isinstance(item, dict) or not {"url", "sha256", "dest"} <= set(item) or set(item) - {"url", "sha256", "dest", "mode"}:
             raise ParamError("expected a mapping with url, sha256, dest and optional mode", (i,))
-        url = _wrap(text, (i, "url"), item["url"], "a URL")
-        if _USERINFO.match(url):
-            raise ParamError(f"{redact(url)!r} holds credentials; a download is fetched without them and pinned by "
-                             "its sha256", (i, "url"), hint="put the file on a server that needs none, or in a wheelhouse")
+        url = _wrap(text, (i, "url"), item["url"], "a URL")   # text() refuses credentials in any value
         if not DOWNLOAD_URL.match(url):
             raise ParamError(f"{redact(url)[:200]!r} is not a download URL (https://HOST/PATH; http only on loopback; "
                              "no query)", (i, "url"))
@@ -581,15 +584,7 @@ def _downloads(spec: ParamSpec, value: Any) -> tuple:
         if not SHA256.match(digest):
             raise ParamError(f"{digest[:80]!r} is not a sha256 (64 lower-case hex digits)", (i, "sha256"),
                              hint="sha256sum FILE prints it")
-        dest = _wrap(_path, (i, "dest"), spec, item["dest"])
-        mode = item.get("mode", "0644")
-        if mode not in MODES:
-            raise ParamError(f"{mode!r} is not a file mode imgbuild writes", (i, "mode"),
-                             hint="allowed: " + ", ".join(MODES) + " (quoted, e.g. \"0755\")")
-        if dest in dests or dest.endswith("/"):
-            raise ParamError(f"{dest!r} is a folder or a second download to the same place", (i, "dest"))
-        dests.add(dest)
-        out.append(Download(url, digest, dest, mode))
+        out.append(Download(url, digest, *_placed(spec, i, item, dests, "download")))
     return tuple(out)
 
 
