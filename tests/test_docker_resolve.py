@@ -182,6 +182,11 @@ def test_same_key_same_image_across_time(work, index, engine_b):
 
     _wheel(index["root"], "imgbuild-demo-dep", "1.1")
     _publish(index["root"])
+    # Locking again asks the index now, not BuildKit's cache of the first resolution (the same steps).
+    relock = _site(work, "drift-relock", NS + "-drift-r")
+    proc = imgbuild(work, "lock", "python=demo", "-f", str(relock), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert load_lock(relock).python["demo"].dists()["imgbuild-demo-dep"].version == "1.1"
 
     locked_b = _site(work, "drift-locked-b", NS + "-drift-b")
     shutil.copy2(locked_a.with_name("stacks.lock.yaml"), locked_b.with_name("stacks.lock.yaml"))

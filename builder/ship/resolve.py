@@ -26,6 +26,7 @@ import re
 import shutil
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -40,12 +41,11 @@ from builder.ship.engine import BuildRequest, Engine
 from builder.ship.hostconf import HostConf
 
 REPORT = "/tmp/imgbuild-resolve-{:02d}.json"
+BEFORE = "/tmp/imgbuild-resolve-before.json"   # pip list of the image beneath, before the layer's pip
+FRESH = "IMGBUILD_RESOLVE_RUN"                  # a build argument unique to each resolution
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
-USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
+USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")   # removed, not masked: a lock URL is one to fetch
 MAX_REPORT_BYTES = 8 << 20
-
-
-BEFORE = "/tmp/imgbuild-resolve-before.json"
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,10 @@ def resolving(dockerfile: str) -> tuple[str, int]:
     # What the image beneath holds, read just before the layer's first pip command runs: a version the
     # resolution would replace is recorded as such (preflight refuses it, IB097).
     run = dockerfile.rfind("\nRUN ", 0, starts[0]) + 1
-    out = [dockerfile[:run],
+    # A new value of this argument each run makes every step from here on run again: BuildKit would
+    # otherwise serve a report from its cache (the index is not in a step's cache key; secrets are not),
+    # and a resolution is what the index answers now. The steps before it stay cached.
+    out = [dockerfile[:run], f"ARG {FRESH}\n",
            f"RUN (python -m pip list --format=json 2>/dev/null || echo '[]') > {BEFORE}\n"]
     at = run
     for n, start in enumerate(starts):
@@ -156,7 +159,8 @@ def resolve_layer(engine: Engine, dockerfile: str, context: Path, parent_ref: st
     try:
         with hostconf.secrets() as secrets:
             req = BuildRequest(context=context, dockerfile=context / "Dockerfile.resolve", tag="",
-                               build_args={**build_args, "PARENT": parent_ref}, labels={}, secrets=secrets,
+                               build_args={**build_args, "PARENT": parent_ref, FRESH: uuid.uuid4().hex},
+                               labels={}, secrets=secrets,
                                network=hostconf.network, output=out)
             engine.build(req, log, progress=progress)
         steps = []
