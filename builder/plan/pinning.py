@@ -106,7 +106,7 @@ def _quote(word: str) -> str:
 def _mount(text: str) -> str:
     """Every RUN that runs a pinned pip command gets the lock folder bind-mounted (the files never enter
     a layer)."""
-    lines, out, in_run = text.split("\n"), [], False
+    lines, out = text.split("\n"), []
     for i, line in enumerate(lines):
         if line.startswith("RUN "):
             block = [line]

@@ -20,7 +20,7 @@ from builder.rules import preflight as preflight_module
 from builder.rules.findings import Finding, errors, ordered, strict as make_strict, summary
 from builder.rules.lint import lint_rendered, lint_spec
 from builder.plan.lockfile import Lock, load_lock
-from builder.plan.keys import make_plan, python_entry
+from builder.plan.keys import Plan, make_plan, python_entry
 from builder.rules.preflight import preflight
 from builder.load.spec import Spec
 
@@ -29,7 +29,12 @@ from builder.load.spec import Spec
 class Review:
     findings: list
     lock: Lock | None
-    nodes: int                # distinct layer nodes rendered and linted
+    plan: Plan                # what was rendered and linted (without base digests: keys may be provisional)
+
+    @property
+    def nodes(self) -> int:
+        """Distinct layer nodes rendered and linted."""
+        return len(self.plan.nodes)
 
     @property
     def facts(self) -> str:
@@ -77,7 +82,7 @@ def review(spec: Spec, stacks: list[str], strict: bool = False, require_locked: 
     if require_locked:
         found += _unlocked(spec, stacks, lock) + unpinned(spec, plan, stacks, "error")
     found = _waive(spec, stacks, found, set(rendered))
-    return Review(ordered(make_strict(found) if strict else found), lock, len(plan.nodes))
+    return Review(ordered(make_strict(found) if strict else found), lock, plan)
 
 
 def _unlocked(spec: Spec, stacks: list[str], lock: Lock | None) -> list[Finding]:
@@ -193,7 +198,7 @@ def gate(spec: Spec, stacks: list[str], say: Callable[[str], None], strict: bool
         raise PreflightError(f"{len(bad)} error(s) found before building{stacks_}; nothing was built",
                              hint="the findings above name the key, the rule and the fact (imgbuild check shows the same)")
     if not require_locked:   # what goes on to be built with pip resolving at build time is said
-        for f in unpinned(spec, make_plan(spec, stacks), stacks, "warning"):
+        for f in unpinned(spec, result.plan, stacks, "warning"):
             say(f.render())
     return result
 
