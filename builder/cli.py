@@ -650,21 +650,38 @@ def probe(target: str = typer.Argument(..., help="base=NAME, or layer=NAME (its 
 
 @app.command(name="lock")
 def lock_cmd(targets: Optional[List[str]] = typer.Argument(
-                 None, help="base=NAME, layer=NAME or python=LAYER (repeatable; default every base)."),
+                 None, help="base=NAME, layer=NAME, python=LAYER or stack=NAME (repeatable; default every base). "
+                            "stack=NAME locks each pip layer of the stack from the bottom up, building the "
+                            "layers beneath first."),
              file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
              check: bool = typer.Option(False, "--check", help="Change nothing; exit 1 if an entry of the lock "
-                                        "file is stale for the stacks file (CI's generate job runs this)."),
+                                        "file is stale or missing for the stacks file (CI's generate job runs this)."),
+             upgrade: Optional[List[str]] = typer.Option(None, "--upgrade", metavar="NAME", help="Re-resolve this "
+                                                         "distribution (repeatable), every other one of its layer held "
+                                                         "at its locked version; a layer name re-resolves the git refs "
+                                                         "of its sources."),
              docker: Optional[str] = typer.Option(None, "--docker"), as_json: bool = JsonOpt) -> None:
     """Resolve each base's digest and measure it, measure the built image of each named layer (a layer that
-    makes a base of its own: CUDA and torch from PyPI), and resolve with pip what each python=LAYER
-    installs, every distribution with its sha256; write stacks.lock.yaml beside the stacks file."""
+    makes a base of its own: CUDA and torch from PyPI), resolve with pip what each python=LAYER installs,
+    every distribution with its sha256, and the commit of every git ref stacks.yaml names; write
+    stacks.lock.yaml beside the stacks file. stacks.yaml may state intent (a range, a tag, a branch);
+    the lock holds the truth, and nothing is built from intent."""
     from builder.ship.engine import Engine
-    from builder.ship.lock import lock as run_lock
+    from builder.ship.lock import lock as run_lock, lock_stack
+    from builder.load.intent import Intents, lock_path, read_refs, read_stamps
+    from packaging.utils import canonicalize_name
     json_mode("lock", as_json)
-    spec = load_spec(file, kinds=kinds or None)
+    lock_file = lock_path(file)
+    refs = read_refs(lock_file)
     if check:
+        intents = Intents(accept=True, refs=refs, lock_file=lock_file.name)
+        spec = load_spec(file, kinds=kinds or None, intents=intents)
         from builder.plan.lockfile import stale_entries
-        stale = stale_entries(spec)
+        stale = (stale_entries(spec)
+                 + [f"sources: {repo} at {ref!r} has no commit (imgbuild lock resolves it)"
+                    for repo, ref in sorted(intents.used - set(refs))]
+                 + [f"sources: {repo} at {ref!r}: no layer names it any more (imgbuild lock drops it)"
+                    for repo, ref in sorted(set(refs) - intents.used)])
         for line in stale:
             echo(f"stale: {line}")
         if stale:
@@ -672,11 +689,21 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
                                              f"{'y' if len(stale) == 1 else 'ies'}", "file": spec.file}},
                   ok=False, code=1)
             raise typer.Exit(1)
-        from builder.plan.lockfile import lock_path
-        echo(f"ok: {lock_path(spec.file)} is current for {spec.file}")
+        echo(f"ok: {lock_file} is current for {spec.file}")
         reply({"stale": []})
         return
-    bases, layers, python = [], [], []
+    from builder.ship.sources import ls_remote
+    names = {canonicalize_name(n) for n in upgrade or ()}
+    intents = Intents(accept=True, refs=refs, resolve=ls_remote, stamps=read_stamps(lock_file), lock_file=lock_file.name)
+    spec = load_spec(file, kinds=kinds or None, intents=intents)
+    moved = {n for n in upgrade or () if n in spec.layers}   # layers whose git refs are resolved again
+    if moved:
+        again = {key for name in moved for _, value in spec.layers[name].params
+                 if getattr(value, "ref", None) for key in [(value.repo, value.ref)]}
+        intents = Intents(accept=True, refs={k: v for k, v in refs.items() if k not in again}, resolve=ls_remote,
+                          stamps={k: v for k, v in intents.stamps.items() if k not in again}, lock_file=lock_file.name)
+        spec = load_spec(file, kinds=kinds or None, intents=intents)
+    bases, layers, python, stacks = [], [], [], []
     for item in targets or [f"base={b}" for b in spec.bases]:
         key, _, name = item.partition("=")
         if key == "base" and name in spec.bases:
@@ -685,19 +712,38 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
             layers.append(name)
         elif key == "python" and name in spec.layers:
             python.append(name)
+        elif key == "stack" and name in spec.stacks:
+            stacks.append(name)
         else:
-            raise SpecError(f"cannot read {item!r}: name bases as base=NAME and layers as layer=NAME or python=NAME",
-                            hint="bases: " + ", ".join(spec.bases) + "; layers: " + ", ".join(spec.layers))
-    path, failures = run_lock(spec, bases, Engine.detect(docker), say=lambda line: echo(line), layers=layers,
-                              python=python)
-    total = len(bases) + len(layers) + len(python)
+            raise SpecError(f"cannot read {item!r}: name bases as base=NAME, layers as layer=NAME or python=NAME, "
+                            "stacks as stack=NAME",
+                            hint="bases: " + ", ".join(spec.bases) + "; layers: " + ", ".join(spec.layers)
+                                 + "; stacks: " + ", ".join(spec.stacks))
+    if names - {canonicalize_name(m) for m in moved} and not (python or stacks):
+        raise SpecError("--upgrade NAME re-resolves a distribution of the layers locked in this run: name them "
+                        "(python=LAYER or stack=NAME)")
+    engine = Engine.detect(docker)
+    path, failures = (run_lock(spec, bases, engine, say=lambda line: echo(line), layers=layers, python=python,
+                               upgrade=frozenset(names), intents=intents)
+                      if bases or layers or python or not stacks else (None, []))
+    for name in stacks:
+        if failures:
+            break
+        path, failures = lock_stack(spec, name, engine, say=lambda line: echo(line), upgrade=frozenset(names),
+                                    intents=intents)
+    total = len(bases) + len(layers) + len(python) + len(stacks)
     if failures:
         raise failures[0].__class__(f"{len(failures)} of {total} target(s) not locked (see above); "
                                     f"{path} holds the others", hint=failures[0].hint)
+    refs_done = len(intents.used)
     echo(f"ok: {path}: " + ", ".join(f"{n} {what}" for n, what in ((len(bases), "base(s)"), (len(layers), "layer(s)"),
-                                                                   (len(python), "Python set(s)")) if n)
+                                                                   (len(python), "Python set(s)"),
+                                                                   (len(stacks), "stack(s)"),
+                                                                   (refs_done, "git ref(s)")) if n)
          + " locked" + (" (each layer's base with it)" if layers or python else ""))
-    reply({"path": str(path), "bases": bases, "layers": layers, "python": python})
+    reply({"path": str(path), "bases": bases, "layers": layers, "python": python, "stacks": stacks,
+           "sources": [{"repo": r, "ref": f, "commit": intents.found.get((r, f)) or intents.refs.get((r, f))}
+                       for r, f in sorted(intents.used)]})
 
 
 def _polish() -> None:

@@ -60,7 +60,7 @@ KEY_DOCS = {
         "description": "Free text.",
         "base": "A name under bases.",
         "layers": "Names under layers, bottom to top.",
-        "project": "A name under projects.",
+        "project": "A name under projects, or a list of them: each a layer at the top, in the order given.",
         "runtime": "A name under runtimes.",
         "gpus": "Target GPUs by catalog name (A100, H100, GH200, ...): the arch lists and the GPU runners follow.",
         "tags": "Release tag templates; fields {stack}, {date} and every version field (`imgbuild kinds` lists them).",

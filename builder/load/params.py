@@ -21,11 +21,12 @@ from typing import Any, Callable
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from builder.load.intent import INTENTS, REF, floating
 from builder.redact import has_credentials, redact
 
 TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt",
          "env", "index", "file", "files", "uninstall", "users", "links", "argv", "options", "names", "relpath", "gpus", "reason",
-         "downloads")
+         "downloads", "patches")
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")  # \Z: "$" would accept a trailing newline
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -53,9 +54,11 @@ NETRC = "credentials come from the netrc secret ($IMGBUILD_NETRC), never from st
 # what makes it a pin; the URL goes through the same allowlist as every git source. A wheel by URL is
 # pinned by its sha256 in the URL fragment, which pip checks against what it downloads.
 GIT_REQ = re.compile(r"^git\+(?P<url>.+)@(?P<commit>[0-9a-f]{40})(?:#subdirectory=(?P<sub>[A-Za-z0-9._/-]+))?\Z")
+
 # A directory entry of a PATH-like variable: absolute, and nothing that ':' or '$' would split or expand.
 WHEEL_URL = re.compile(r"^https://(?P<host>[A-Za-z0-9.-]+)(?::[0-9]{1,5})?/[A-Za-z0-9._~%+/-]+\.whl"
                        r"#sha256=[0-9a-f]{64}\Z")
+WHEEL_URL_INTENT = re.compile(r"^https://(?P<host>[A-Za-z0-9.-]+)(?::[0-9]{1,5})?/[A-Za-z0-9._~%+/-]+\.whl\Z")
 PATH_ENTRY = re.compile(r"^/[A-Za-z0-9._/+@-]*\Z")
 # A file beside stacks.yaml: a relative path of plain names (no '..', no absolute path, no link).
 REL_FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9_][A-Za-z0-9._-]*)*\Z")
@@ -94,6 +97,7 @@ class GitPin:
     repo: str
     commit: str
     submodules: bool = False   # export the submodules at the commits this commit records
+    ref: str | None = None     # the tag or branch stacks.yaml names, where the lock file resolved commit from it
 
     def __str__(self) -> str:
         return f"{self.repo}@{self.commit}"
@@ -323,26 +327,52 @@ def _map(spec: ParamSpec, value: Any) -> tuple:
 
 def _git(spec: ParamSpec, value: Any) -> GitPin:
     if not isinstance(value, dict):
-        raise ParamError(f"expected a mapping with repo and commit, got {type_name(value)}")
-    unknown = sorted(set(value) - {"repo", "commit", "submodules"})
+        raise ParamError(f"expected a mapping with repo and commit, got {type_name(value)}",
+                         hint="repo: URL and commit: a full sha, or ref: a tag or branch that imgbuild lock resolves")
+    unknown = sorted(set(value) - {"repo", "commit", "ref", "submodules"})
     if unknown:
-        raise ParamError(f"unknown key {unknown[0]!r}", (unknown[0],), hint="allowed: repo, commit, submodules")
-    for key in ("repo", "commit"):
-        if key not in value:
-            raise ParamError(f"missing {key!r}", (key,))
+        raise ParamError(f"unknown key {unknown[0]!r}", (unknown[0],), hint="allowed: repo, commit, ref, submodules")
+    if "repo" not in value:
+        raise ParamError("missing 'repo'", ("repo",))
+    if "commit" in value and "ref" in value:
+        raise ParamError("give commit (a full sha) or ref (a tag or branch the lock file resolves), not both",
+                         ("ref",))
+    if "commit" not in value and "ref" not in value:
+        raise ParamError("missing 'commit'", ("commit",), hint="or ref: a tag or branch, resolved by imgbuild lock")
     try:
         repo = git_url(value["repo"])
     except ParamError as exc:
         raise ParamError(exc.reason, ("repo",), exc.hint) from None
+    submodules = value.get("submodules", False)
+    if not isinstance(submodules, bool):
+        raise ParamError(f"expected true or false, got {type_name(submodules)}", ("submodules",))
+    if "ref" in value:
+        return GitPin(repo, _locked_ref(repo, value["ref"]), submodules, ref=str(value["ref"]))
     commit = value["commit"]
     if not isinstance(commit, str) or not SHA40.match(commit):
         raise ParamError(f"{commit!r} is not a full 40-hex commit sha; branches, tags and short hashes "
                          "float or collide", ("commit",),
-                         hint="pin the commit: git rev-parse 'TAG^{commit}'")
-    submodules = value.get("submodules", False)
-    if not isinstance(submodules, bool):
-        raise ParamError(f"expected true or false, got {type_name(submodules)}", ("submodules",))
+                         hint="pin the commit: git rev-parse 'TAG^{commit}'; or write ref: TAG and let "
+                              "imgbuild lock record its commit")
     return GitPin(repo, commit, submodules)
+
+
+def _locked_ref(repo: str, ref: Any) -> str:
+    """The commit the lock file records for a git source's tag or branch (builder.load.intent)."""
+    ref = _wrap(text, ("ref",), ref, "a tag or branch name")
+    if not REF.match(ref):
+        raise ParamError(f"{ref[:80]!r} is not a tag or branch name (letters, digits, . _ + / -; no '..')", ("ref",))
+    intents = INTENTS.get()
+    try:
+        commit = intents.commit(repo, ref)
+    except ParamError as exc:
+        raise ParamError(exc.reason, ("ref",), exc.hint) from None
+    if commit is None and not intents.accept:
+        raise ParamError(f"ref {ref!r} floats and there is no {intents.lock_file} to record its commit", ("ref",),
+                         hint="imgbuild lock (records the commit the ref names now), and commit the lock file; "
+                              "or pin the commit: git rev-parse 'TAG^{commit}'")
+    # Beside a lock file without the ref: intent, which nothing is built from (IB098 says so; `lock` resolves it).
+    return commit or ""
 
 
 def git_url(value: Any) -> str:
@@ -373,11 +403,14 @@ def _apt(spec: ParamSpec, value: Any) -> tuple:
 
 
 def _requirements(spec: ParamSpec, value: Any) -> tuple:
-    """Pip requirements, each pinned so that an image never changes without a file changing: NAME==VERSION
-    (extras allowed), or NAME @ git+URL@<full commit>."""
+    """Pip requirements. Without a lock file each is pinned, so that an image never changes without a file
+    changing: NAME==VERSION (extras allowed), NAME @ git+URL@<full commit>, or a wheel URL with
+    #sha256=. Beside a lock file a requirement may also float (a range, a bare name, a git tag or branch,
+    a wheel URL without its hash): intent, which `imgbuild lock python=LAYER` resolves (builder.load.intent)."""
     if not isinstance(value, list):
         raise ParamError(f"expected a list of pinned requirements, got {type_name(value)}")
     out, seen = [], set()
+    accept = INTENTS.get().accept
     for i, item in enumerate(value):
         try:
             raw = text(item)
@@ -387,14 +420,19 @@ def _requirements(spec: ParamSpec, value: Any) -> tuple:
         except InvalidRequirement as exc:
             raise ParamError(f"{item!r} is not a valid requirement: {exc}", (i,)) from None
         specs = list(req.specifier)
+        why = floating(req)
         if req.url:
-            _git_requirement(raw, req.url, i)
-        elif not specs or [s.operator for s in specs] == ["==="]:
+            _url_requirement(raw, req.url, i, accept)
+        elif [s.operator for s in specs] == ["==="]:   # compares strings, not versions: never a pin
             raise ParamError(f"{raw!r} is not pinned; write NAME==VERSION or NAME @ git+URL@COMMIT", (i,))
-        elif len(specs) > 1 or specs[0].operator != "==" or specs[0].version.endswith(".*"):
+        elif why and not accept:
+            if not specs:
+                raise ParamError(f"{raw!r} is not pinned; write NAME==VERSION or NAME @ git+URL@COMMIT", (i,),
+                                 hint=INTENT_HINT)
             # A wildcard (==2.*) is a range too. Refused everywhere (check, render, plan, build): one
             # behaviour, decided at load.
-            raise ParamError(not_exact(raw, f"{req.name}==X.Y.Z"), (i,), hint="write NAME==VERSION, e.g. numpy==2.1.3")
+            raise ParamError(not_exact(raw, f"{req.name}==X.Y.Z"), (i,),
+                             hint="write NAME==VERSION, e.g. numpy==2.1.3; " + INTENT_HINT)
         if CONTROL.search(str(req)):  # packaging unescapes marker strings: '\\b' becomes a backspace
             raise ParamError(f"{raw!r}: control characters (newline, tab, ...) are not allowed", (i,))
         name = req.name.lower().replace("_", "-").replace(".", "-")
@@ -405,20 +443,45 @@ def _requirements(spec: ParamSpec, value: Any) -> tuple:
     return tuple(sorted(out, key=str.lower))
 
 
-def _git_requirement(raw: str, url: str, i: int) -> None:
-    if WHEEL_URL.match(url):
+INTENT_HINT = ("or keep the recipe's range and create the lock file: imgbuild lock python=LAYER records the exact "
+               "version and hash (docs/python-lock.md)")
+
+
+def _url_requirement(raw: str, url: str, i: int, accept: bool) -> None:
+    """A requirement by URL: git+URL@<commit> or an https wheel with #sha256=; beside a lock file also a git
+    tag or branch (or none) and a wheel without its hash."""
+    if WHEEL_URL.match(url) or (accept and WHEEL_URL_INTENT.match(url)):
         return
-    m = GIT_REQ.match(url)
+    m = GIT_REQ.match(url) or (accept and _git_intent(url))
     if not m:
         raise ParamError(f"{redact(raw)!r}: a URL requirement must be git+URL@<full 40-hex commit>, or an https "
                          "wheel URL ending in #sha256=<64 hex>", (i,),
-                         hint="e.g. mamba-ssm @ git+https://github.com/state-spaces/mamba.git@<commit>")
+                         hint="e.g. mamba-ssm @ git+https://github.com/state-spaces/mamba.git@<commit>; "
+                              + INTENT_HINT)
+    m = m.groupdict() if hasattr(m, "groupdict") else m
     try:
-        git_url(m.group("url"))
+        git_url(m["url"])
     except ParamError as exc:
         raise ParamError(exc.reason, (i,), exc.hint) from None
-    if ".." in (m.group("sub") or "").split("/"):
+    if m.get("ref") and not REF.match(m["ref"]):
+        raise ParamError(f"{raw!r}: {m['ref'][:80]!r} is not a tag or branch name", (i,))
+    if ".." in (m.get("sub") or "").split("/"):
         raise ParamError(f"{raw!r}: the subdirectory may not climb out of the repository", (i,))
+
+
+def _git_intent(url: str) -> dict | None:
+    """git+URL[@REF][#subdirectory=DIR] as {url, ref, sub}; REF is what follows the last '@' after the
+    host (an scp-like USER@HOST:PATH keeps its user)."""
+    body, _, fragment = url[len("git+"):].partition("#")
+    if not url.startswith("git+") or (fragment and not re.fullmatch(r"subdirectory=[A-Za-z0-9._/-]+", fragment)):
+        return None
+    head, sep, path = body.partition("://")
+    if not sep:
+        head, path = "", body
+    host, _, tail = path.partition("/" if sep else ":")
+    repo, ref = (tail.rsplit("@", 1) + [None])[:2] if "@" in tail else (tail, None)
+    return {"url": f"{head}{sep}{host}{'/' if sep else ':'}{repo}", "ref": ref,
+            "sub": fragment[len("subdirectory="):] if fragment else None}
 
 
 def _wheel(spec: ParamSpec, value: Any) -> WheelPin:
@@ -588,6 +651,29 @@ def _downloads(spec: ParamSpec, value: Any) -> tuple:
     return tuple(out)
 
 
+def _patches(spec: ParamSpec, value: Any) -> tuple:
+    """Patches applied to a git source, in order: each a file beside stacks.yaml (its path), or a file of
+    another repository or release by URL and sha256 ({url, sha256}: fetched and checked on the host like a
+    download, builder.ship.downloads), so a recipe's patch is never copied into the site's tree."""
+    if not isinstance(value, list):
+        raise ParamError(f"expected a list of patch files, got {type_name(value)}")
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, dict):
+            if set(item) != {"url", "sha256"}:
+                raise ParamError("expected a file beside stacks.yaml, or a mapping with exactly url and sha256", (i,))
+            try:
+                out.append(_downloads(spec, [{**item, "dest": "/opt/imgbuild/patches/by-url", "mode": "0644"}])[0])
+            except ParamError as exc:
+                raise ParamError(exc.reason, (i,) + exc.path[1:], exc.hint) from None
+        else:
+            out.append(_wrap(stack_file, (i,), item))
+    names = [getattr(p, "path", None) or p.sha256 for p in out]
+    if len(set(names)) != len(names):
+        raise ParamError("a patch is listed twice")
+    return tuple(out)
+
+
 def _uninstall(spec: ParamSpec, value: Any) -> Uninstall:
     if not isinstance(value, dict) or set(value) != {"packages", "reason"}:
         raise ParamError("expected a mapping with packages (names) and reason (why the base's copy goes)")
@@ -651,8 +737,13 @@ def _links(spec: ParamSpec, value: Any) -> tuple:
     return tuple(sorted(out.items()))
 
 
-def _relpath(spec: ParamSpec, value: Any) -> str:
-    """A folder inside a source tree: plain names, no '..', not absolute."""
+def _relpath(spec: ParamSpec, value: Any) -> Any:
+    """A path inside a source tree: plain names, no '..', not absolute; one, or a list of them."""
+    if isinstance(value, list):
+        out = tuple(_wrap(_relpath, (i,), spec, v) for i, v in enumerate(value))
+        if len(set(out)) != len(out):
+            raise ParamError("a path is listed twice")
+        return out
     value = text(value, "a relative path")
     if not REL_FILE.match(value.rstrip("/")):
         raise ParamError(f"{value!r} is not a relative path of plain names (no '..', not absolute)")
@@ -698,7 +789,7 @@ _CONVERTERS: dict[str, Callable[[ParamSpec, Any], Any]] = {
     "str": _str, "int": _int, "bool": _bool, "version": _version, "enum": _enum, "list": _list,
     "map": _map, "git": _git, "requirements": _requirements, "wheel": _wheel, "path": _path, "apt": _apt,
     "env": _env, "index": _index, "file": _file, "files": _files, "uninstall": _uninstall, "users": _users,
-    "downloads": _downloads,
+    "downloads": _downloads, "patches": _patches,
     "links": _links, "argv": _argv, "options": _options, "names": _names, "relpath": _relpath, "gpus": _gpus, "reason": _reason,
 }
 assert set(_CONVERTERS) == set(TYPES)

@@ -20,6 +20,7 @@ from builder.load import ciconf, versions
 from builder.load.ciconf import CiSettings
 from builder.errors import SpecError, SpecErrors
 from builder.load.kinds import Kind, load_kinds
+from builder.load.intent import Intents, lock_path, read_refs, reading
 from builder.load.params import VERSION_RANGE, ParamError, files_root, not_exact, text, type_name, version
 from builder.load.yamlsrc import Doc, load_file
 from builder.redact import redact
@@ -588,9 +589,16 @@ class _Loader:
         refs = [(path + ("layers", i), n, "layers") for i, n in enumerate(names)]
         # The runtime env sits beneath the project: projects move most often (a new pin every few
         # days), so a pin change rebuilds only the project layer.
+        # A stack may hold several projects (Megatron-LM and a training repository): each is a layer of its
+        # own, in the order given, so a new pin of the last rebuilds only that one.
         for key, section in (("runtime", "runtimes"), ("project", "projects")):
-            if raw.get(key) is not None:
-                refs.append((path + (key,), raw[key], section))
+            value = raw.get(key)
+            if key == "project" and isinstance(value, list):
+                if not value:
+                    raise self.err(path + (key,), "expected a project name or a non-empty list of them")
+                refs.extend((path + (key, i), v, section) for i, v in enumerate(value))
+            elif value is not None:
+                refs.append((path + (key,), value, section))
         found = [self.attempt(self.ref, where, value, section, layers) for where, value, section in refs]
         if not all(read for read, _ in found):
             raise Skipped
@@ -713,16 +721,29 @@ def _as_version(value: Any) -> Any:
         return str(value)   # kept as measured; still a CUDA that is there
 
 
-def load_spec(file: str | Path, root: str | Path | None = None, kinds: Any = None) -> Spec:
+def load_spec(file: str | Path, root: str | Path | None = None, kinds: Any = None,
+              intents: Intents | None = None) -> Spec:
     """Load stacks.yaml and its layer kinds: the shipped ones (builder.load.kindpath.shipped_root), plus the
     site's. root is the site folder (default: the stacks file's): its layers/ adds kinds, its
     Dockerfile.j2 (if any) replaces the skeleton. kinds: more kind folders, highest priority first
     (default $IMGBUILD_KINDS). A site kind with the name of a shipped one overrides it.
 
     Every independent refusal of the file is raised at once: the one SpecError, or SpecErrors in the order
-    of the file. A file that cannot be read as YAML, or a kind folder, is refused at its first mistake."""
+    of the file. A file that cannot be read as YAML, or a kind folder, is refused at its first mistake.
+
+    intents: how floating values are read (builder.load.intent); by default they are accepted where a lock
+    file stands beside the stacks file, and git refs take the commits it records."""
     from builder.load.kindpath import find_kinds
     file = Path(file)
+    if intents is None:
+        lock = lock_path(file)
+        intents = Intents(accept=lock.is_file(), refs=read_refs(lock), lock_file=lock.name)
+    with reading(intents):
+        return _load(file, root, kinds)
+
+
+def _load(file: Path, root: str | Path | None, kinds: Any) -> Spec:
+    from builder.load.kindpath import find_kinds
     site_dir = Path(root) if root is not None else file.resolve().parent
     kinds = find_kinds(site_dir, None if kinds is None else [Path(k) for k in kinds], load_kinds)
     loader = _Loader(load_file(file), kinds)

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from builder import __version__
+from builder.errors import SpecError
 from builder.load.kinds import CheckSpec
 from builder.plan.layout import layer_repo
+from builder.load.intent import layer_intents, lock_path, unresolved_refs
 from builder.plan.lockfile import load_lock
 from builder.plan import pinning
 from builder.load.params import FileRef, GitPin, Uninstall, WheelPin
@@ -213,11 +215,33 @@ def python_entry(lock, stack: Stack, layer: LayerDef):
     return entry
 
 
-def make_plan(spec: Spec, stacks: Iterable[str] | None = None, digests: dict | None = None, lock=None) -> Plan:
+def refuse_intent(spec: Spec, lock, layer: LayerDef, entry) -> None:
+    """A layer whose requirements float and that has no current lock entry, or whose git source is at a ref
+    the lock file has no commit for: refused with the command that fixes it (the first floating value named)."""
+    floating = unresolved_refs(layer) or (layer_intents(layer) if entry is None else [])
+    if not floating:
+        return
+    pname, what, why = floating[0]
+    more = f" (and {len(floating) - 1} more)" if len(floating) > 1 else ""
+    state = ("has no commit for it" if unresolved_refs(layer) else "has no entry for it"
+             if lock is None or layer.name not in lock.python
+             else "has an entry resolved for another definition of it or of a layer beneath")
+    key = (layer.section, layer.name, "params", pname)
+    raise SpecError(f"{what!r} floats ({why}){more} and {lock_path(spec.file).name} {state}: nothing is built "
+                    "from intent", file=spec.file, line=spec.doc.line(key) if spec.doc else None,
+                    key=".".join(key), rule="IB098",
+                    hint=f"imgbuild lock python={layer.name} (records the exact set), then commit the lock file")
+
+
+def make_plan(spec: Spec, stacks: Iterable[str] | None = None, digests: dict | None = None, lock=None,
+              intent: bool = False) -> Plan:
     """Plan the named stacks (all when None). digests maps base names to digests resolved from a
     registry or lock file; without them a base's declared digest is used, else the keys are provisional.
     lock: the lock file (default: the one beside the stacks file), whose resolved pip sets each layer
-    installs, and whose sets are part of the keys."""
+    installs, and whose sets are part of the keys. A layer whose requirements float (a range, a git tag,
+    a requirements file) is refused where the lock has no current set for it, unless intent is True
+    (`imgbuild lock`, which resolves it, and the review, which reports it as IB098): nothing is built,
+    rendered or keyed from intent."""
     digests = digests or {}
     if lock is None and spec.file:
         lock = load_lock(spec.file)
@@ -244,6 +268,8 @@ def make_plan(spec: Spec, stacks: Iterable[str] | None = None, digests: dict | N
                     text, locked = pinning.pinned(text, entry)
                 except ValueError:
                     entry = None   # resolved for another rendering of the layer: not this one's set
+            if not intent:
+                refuse_intent(spec, lock, layer, entry)
             parent_input = parent_key or f"base:{ref}"
             inputs, build_args = node_inputs(spec, stack, layer, parent_input, text)
             if entry is not None:   # the set itself, not only the file that names it

@@ -18,6 +18,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.errors import SpecError
+from builder.load.intent import layer_intents, lock_path
 
 LOCK_VERSION = 1
 
@@ -50,6 +51,7 @@ class LockedDist:
     requested: bool
     replaces: str | None = None   # the version of the image beneath that this one replaces (IB097)
     required_by: tuple = ()       # what in the set asks for it: "name (requirement)"
+    direct: bool = False          # named by URL (a wheel URL, git+URL@commit), not by name on an index
 
 
 @dataclass(frozen=True)
@@ -61,10 +63,20 @@ class LockedPython:
     definition: str
     resolved: str
     steps: tuple    # tuple (per pip command) of tuple of LockedDist
+    intents: tuple = ()   # ((intent, locked), ...): each floating value of stacks.yaml and its exact form
 
     def dists(self) -> dict:
         """Every distribution the layer installs: canonical name -> LockedDist (a later command wins)."""
         return {canonicalize_name(d.name): d for step in self.steps for d in step}
+
+
+@dataclass(frozen=True)
+class LockedSource:
+    """A git source's tag or branch (stacks.yaml `ref:`) and the commit it named when it was locked."""
+    repo: str
+    ref: str
+    commit: str
+    resolved: str
 
 
 @dataclass(frozen=True)
@@ -73,16 +85,12 @@ class Lock:
     bases: dict     # base name -> LockedBase
     layers: dict = field(default_factory=dict)   # layer name -> LockedLayer
     python: dict = field(default_factory=dict)   # layer name -> LockedPython
+    sources: tuple = ()                          # LockedSource, sorted by repo and ref
 
     def base_digest(self, base, site) -> str | None:
         """The digest the lock resolved `base` to, where its entry is for the base as named now."""
         entry = self.bases.get(base.name)
         return entry.digest if entry is not None and base.locked_by(entry, site) else base.digest
-
-
-def lock_path(spec_file: str | Path) -> Path:
-    spec_file = Path(spec_file)
-    return spec_file.with_name(spec_file.stem + ".lock.yaml")
 
 
 def load_lock(spec_file: str | Path) -> Lock | None:
@@ -100,10 +108,22 @@ def load_lock(spec_file: str | Path) -> Lock | None:
                                     definition=str(rec["definition"]), facts=_facts(rec))
                   for name, rec in (data.get("layers") or {}).items()}
         python = {str(name): _python(rec) for name, rec in (data.get("python") or {}).items()}
+        sources = tuple(_source(rec) for rec in data.get("sources") or [])
     except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise SpecError(f"not a lock file imgbuild wrote: {exc}", file=str(path),
                         hint="delete it and run imgbuild lock again") from None
-    return Lock(file=str(path), bases=bases, layers=layers, python=python)
+    return Lock(file=str(path), bases=bases, layers=layers, python=python, sources=sources)
+
+
+SHA40 = re.compile(r"^[0-9a-f]{40}\Z")
+
+
+def _source(rec: dict) -> LockedSource:
+    commit = str(rec["commit"])
+    if not SHA40.match(commit):
+        raise ValueError(f"sources: {str(rec.get('repo'))[:120]} {str(rec.get('ref'))[:80]}: commit {commit[:80]!r} "
+                         "is not 40 hex digits")
+    return LockedSource(repo=str(rec["repo"]), ref=str(rec["ref"]), commit=commit, resolved=str(rec.get("resolved", "")))
 
 
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
@@ -123,10 +143,12 @@ def _python(rec: dict) -> LockedPython:
             dists.append(LockedDist(name=name, version=version, sha256=digest, url=str(d["url"]),
                                     requested=bool(d.get("requested")),
                                     replaces=None if replaces is None else str(replaces),
-                                    required_by=tuple(str(r) for r in d.get("required_by") or ())))
+                                    required_by=tuple(str(r) for r in d.get("required_by") or ()),
+                                    direct=bool(d.get("direct"))))
         steps.append(tuple(dists))
+    intents = tuple((str(i["intent"]), str(i["locked"])) for i in rec.get("intents") or [])
     return LockedPython(stack=str(rec["stack"]), parent=str(rec["parent"]), definition=str(rec["definition"]),
-                        resolved=str(rec["resolved"]), steps=tuple(steps))
+                        resolved=str(rec["resolved"]), steps=tuple(steps), intents=intents)
 
 
 def stale_entries(spec) -> list[str]:
@@ -157,6 +179,14 @@ def stale_entries(spec) -> list[str]:
                 out.append(f"{section}.{name}: the layer, a layer beneath it or its base changed since it was "
                            f"{'resolved' if section == 'python' else 'measured'}; run imgbuild lock "
                            f"{'python' if section == 'python' else 'layer'}={name}")
+    seen = set()
+    for stack in spec.stacks.values():
+        for layer in stack.chain:
+            floating = [i for i in layer_intents(layer) if not i[2].startswith("a git ref the lock")]
+            if floating and layer.name not in lock.python and layer.name not in seen:
+                seen.add(layer.name)
+                out.append(f"python.{layer.name}: missing: {floating[0][1]!r} floats ({floating[0][2]}); run imgbuild "
+                           f"lock python={layer.name} (or stack={stack.name})")
     return out
 
 
@@ -164,4 +194,4 @@ def _facts(rec: dict) -> dict:
     return {k: None if v is None else str(v) for k, v in (rec.get("facts") or {}).items()}
 
 
-__all__ = ["Lock", "LockedBase", "LockedDist", "LockedLayer", "LockedPython", "LOCK_VERSION", "load_lock", "lock_path", "stale_entries"]
+__all__ = ["Lock", "LockedBase", "LockedDist", "LockedLayer", "LockedPython", "LockedSource", "LOCK_VERSION", "load_lock", "lock_path", "stale_entries"]

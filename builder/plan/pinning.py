@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from urllib.parse import unquote
 
 from builder.rules.shell import PIP_VALUE_OPTS, words
 
@@ -30,7 +31,10 @@ def requirement_lines(step) -> str:
     for d in sorted(step, key=lambda d: d.name.lower()):
         if d.sha256 is None:
             continue
-        what = "/wheelhouse/" + d.url[len(WHEELHOUSE):] if d.url.startswith(WHEELHOUSE) else f"{d.name}=={d.version}"
+        # A wheel of the wheelhouse by its path; one named by URL in stacks.yaml from that URL (an index
+        # would serve another artifact under its name and version, or none); the rest from the index.
+        what = ("/wheelhouse/" + unquote(d.url[len(WHEELHOUSE):]) if d.url.startswith(WHEELHOUSE)
+                else f"{d.name} @ {d.url}" if d.direct else f"{d.name}=={d.version}")
         lines.append(f"{what} --hash=sha256:{d.sha256}")
     return "\n".join(lines) + "\n"
 
@@ -59,15 +63,21 @@ def pinned(dockerfile: str, entry) -> tuple[str, tuple[str, ...]]:
         hashed = [d for d in step if d.sha256 is not None]
         commands = ([f"{PIP} {' '.join(options + ['--no-deps', '--require-hashes', '-r', REQS.format(n)])}"]
                     if hashed else [])
-        if folders:
-            commands.append(f"{PIP} {' '.join(options + ['--no-deps'] + folders)}")
+        # A git requirement is installed from the commit the lock recorded (pip cannot hash a checkout: the
+        # commit is its pin, and it is in the key with the rest of the set).
+        commits = [_quote(f"{d.name} @ {d.url}") for d in sorted(step, key=lambda d: d.name.lower())
+                   if d.sha256 is None and d.url.startswith("git+")]
+        if folders or commits:
+            commands.append(f"{PIP} {' '.join(options + ['--no-deps'] + folders + commits)}")
         if not commands:
-            raise ValueError(f"pip command {n + 1}: the lock has nothing it installs")
+            # Everything it asks for is held by the image beneath (pip would leave it alone): nothing to
+            # install, and nothing resolved at build time either.
+            commands = [f"echo {_quote(f'pip command {n + 1}: the lock installs nothing (held by the image beneath)')}"]
         command = " \\\n && ".join(commands)
         out.append(command + segment[cut:])
         at = end
     out.append(dockerfile[at:])
-    return _mount("".join(out)), tuple(files)
+    return mount_lock("".join(out)), tuple(files)
 
 
 def _split(args: tuple, step) -> tuple[list[str], list[str]]:
@@ -103,9 +113,9 @@ def _quote(word: str) -> str:
     return word if re.fullmatch(r"[A-Za-z0-9_./:=,+@%-]+", word) else "'" + word.replace("'", "'\"'\"'") + "'"
 
 
-def _mount(text: str) -> str:
-    """Every RUN that runs a pinned pip command gets the lock folder bind-mounted (the files never enter
-    a layer)."""
+def mount_lock(text: str) -> str:
+    """Every RUN that reads a file of the lock folder (a pinned pip command, a resolution's constraints)
+    gets that folder bind-mounted from the build context: the files never enter a layer."""
     lines, out = text.split("\n"), []
     for i, line in enumerate(lines):
         if line.startswith("RUN "):
@@ -114,7 +124,7 @@ def _mount(text: str) -> str:
             while lines[j].endswith("\\") and j + 1 < len(lines):
                 j += 1
                 block.append(lines[j])
-            if "--require-hashes -r /imgbuild-lock/" in "\n".join(block):
+            if " /imgbuild-lock/" in "\n".join(block):
                 line = "RUN " + MOUNT + " \\\n    " + line[4:]
         out.append(line)
     return "\n".join(out)
@@ -139,4 +149,4 @@ def command_end(text: str, i: int) -> int:
     return i
 
 
-__all__ = ["PIP", "command_end", "digest", "pinned", "requirement_lines"]
+__all__ = ["PIP", "command_end", "digest", "mount_lock", "pinned", "requirement_lines"]

@@ -81,6 +81,11 @@ def input_path(ref: FileRef) -> str:
     return f"inputs/{ref.sha256}"
 
 
+def list_of_lines(text) -> list[str]:
+    """A macro's output (one command a line) as a list of its non-empty lines, for a fragment to join."""
+    return [line.strip() for line in str(text).splitlines() if line.strip()]
+
+
 def download_path(download) -> str:
     """Where a file fetched by URL lies in the build context: by its sha256, which the COPY line (and with
     it the content key) names."""
@@ -120,7 +125,7 @@ def environment(where: Path | Templates) -> jinja2.Environment:
     )
     env.globals["refuse"] = refuse
     env.filters.update(dq=dq, sh=sh, shjoin=shjoin, env_value=env_value, input_path=input_path,
-                       download_path=download_path,
+                       download_path=download_path, list_of_lines=list_of_lines,
                        prepend_to=prepend_to)
     return env
 

@@ -169,7 +169,7 @@ def resolve(spec: Spec, stack: Stack, lock: Any = None, below: str | None = None
     for layer in stack.chain:
         if layer.name == below:
             break
-        _apply(sf, layer)
+        _apply(sf, layer, _locked_versions(stack, layer, lock))
         _measured_layer(spec, sf, layer, lock, names)
     return sf
 
@@ -197,7 +197,16 @@ def _measured_layer(spec: Spec, sf: StackFacts, layer: LayerDef, lock: Any, name
         sf.facts[name] = measured
 
 
-def _apply(sf: StackFacts, layer: LayerDef) -> None:
+def _locked_versions(stack: Stack, layer: LayerDef, lock: Any) -> dict:
+    """canonical name -> version of what the lock file resolved for the layer as stacks.yaml defines it
+    now ({} where it has no current entry): the exact answer to a floating requirement."""
+    entry = getattr(lock, "python", {}).get(layer.name) if lock is not None else None
+    if entry is None or entry.definition != stack.layer_definition(layer.name, None):
+        return {}
+    return {name: (Version(d.version), f"{lock.file}: python.{layer.name}") for name, d in entry.dists().items()}
+
+
+def _apply(sf: StackFacts, layer: LayerDef, locked: dict | None = None) -> None:
     path = (layer.section, layer.name, "params")
     params = dict(layer.params)
     for name in layer.kind.provides:
@@ -222,10 +231,16 @@ def _apply(sf: StackFacts, layer: LayerDef) -> None:
         elif layer.kind.params[pname].type == "requirements":
             for i, text in enumerate(value):
                 req = Requirement(text)
-                if req.url:   # a git pin: its version is whatever that commit says, not known here
-                    continue
-                pinned = Version(next(iter(req.specifier)).version)
                 name = canonicalize_name(req.name)
+                exact = [sp for sp in req.specifier if sp.operator == "==" and not sp.version.endswith(".*")]
+                if (req.url or len(exact) != 1 or len(req.specifier) != 1) and name in (locked or {}):
+                    # Intent (a range, a tag): the lock file's answer is the fact.
+                    pinned, where = locked[name]
+                    text = f"{text} (locked: {pinned}, {where})"
+                elif req.url or len(exact) != 1 or len(req.specifier) != 1:
+                    continue   # a git pin, or intent not locked yet: its version is not known here
+                else:
+                    pinned = Version(exact[0].version)
                 sf.pins[name] = (pinned, path + (pname, i), layer)
                 if version is None and name in pinned_versions:   # torch==2.11.0 in a torch layer's packages
                     sf.facts[pinned_versions[name]] = Fact(pinned, "declared", f"stacks.yaml {layer.section}."

@@ -14,6 +14,7 @@ from typing import Callable
 
 from builder.errors import PreflightError, SpecError
 from builder.load.yamlsrc import dotted
+from builder.load.intent import layer_intents, unresolved_refs
 from builder.rules import catalog
 from builder.rules import lint as lint_module
 from builder.rules import preflight as preflight_module
@@ -76,9 +77,14 @@ def review(spec: Spec, stacks: list[str], strict: bool = False, require_locked: 
     lock = load_lock(spec.file)
     # Rendered Dockerfiles do not depend on base digests (the parent is a build argument), so the plan
     # here needs no registry.
-    plan = make_plan(spec, stacks)
-    rendered = lint_rendered(spec, plan, lock)
-    found = preflight(spec, stacks, lock) + lint_spec(spec, stacks, lock) + rendered + replaced(spec, stacks, lock)
+    plan = make_plan(spec, stacks, intent=True)
+    intent = unresolved(spec, plan, stacks)
+    # A layer of unresolved intent is rendered from its intent (nothing is built from it): what lint says of
+    # its floating pins is what IB098 already says.
+    said = {dotted(f.key.split(".")[:2]) for f in intent}
+    rendered = [f for f in lint_rendered(spec, plan, lock) if not (f.rule in FLOATING_LINT and f.key in said)]
+    found = (preflight(spec, stacks, lock) + lint_spec(spec, stacks, lock) + rendered + replaced(spec, stacks, lock)
+             + intent)
     if require_locked:
         found += _unlocked(spec, stacks, lock) + unpinned(spec, plan, stacks, "error")
     found = _waive(spec, stacks, found, set(rendered))
@@ -133,6 +139,32 @@ def replaced(spec: Spec, stacks: list[str], lock: Lock | None) -> list[Finding]:
     return out
 
 
+FLOATING_LINT = ("IB101", "IB103")   # lint's floating git ref and unpinned pip install
+
+
+def unresolved(spec: Spec, plan, stacks: list[str]) -> list[Finding]:
+    """IB098: a layer whose requirements float (a range, a bare name, a git tag or branch, a wheel URL
+    without its hash, a requirements file) and that the lock file has no current set for: an error, since
+    nothing is built from intent (builder.load.intent). One finding per layer, naming each floating value."""
+    out, seen = [], set()
+    for name in stacks:
+        for node in plan.chain(name):
+            floating = unresolved_refs(node.layer) or ([] if node.locked else layer_intents(node.layer))
+            if not floating or node.name in seen:
+                continue
+            seen.add(node.name)
+            key = (node.layer.section, node.layer.name, "params", floating[0][0])
+            values = "; ".join(f"{what!r} ({why})" for _, what, why in floating[:6])
+            out.append(Finding(rule="IB098", severity="error", file=spec.file,
+                               line=spec.doc.line(key) if spec.doc else None, key=dotted(key), stack=name,
+                               message=f"layer {node.name} states intent that the lock file does not resolve yet: "
+                                       f"{values}" + (f" and {len(floating) - 6} more" if len(floating) > 6 else ""),
+                               fix=(f"imgbuild lock python={node.name} (records the exact versions and hashes)"
+                                    if not unresolved_refs(node.layer) else
+                                    "imgbuild lock (records the commit of each git ref)") + ", and commit the lock file"))
+    return out
+
+
 def unpinned(spec: Spec, plan, stacks: list[str], severity: str) -> list[Finding]:
     """IB096: a layer whose pip commands have no resolved set in the lock file (imgbuild lock python=NAME),
     so pip resolves them at build time and the same key can give another image next month. An error
@@ -141,7 +173,7 @@ def unpinned(spec: Spec, plan, stacks: list[str], severity: str) -> list[Finding
     out, seen = [], set()
     for name in stacks:
         for node in plan.chain(name):
-            if node.locked or PIP not in node.dockerfile or node.key in seen:
+            if node.locked or PIP not in node.dockerfile or node.key in seen or layer_intents(node.layer):
                 continue
             seen.add(node.key)
             key = (node.layer.section, node.layer.name)

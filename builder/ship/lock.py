@@ -30,6 +30,7 @@ from builder.plan.layout import layer_repo
 from builder.plan.lockfile import LOCK_VERSION, load_lock, lock_path
 from builder.plan.keys import make_plan
 from builder.ship.registry import Registry
+from builder.load.intent import Intents, layer_intents
 from builder.load.spec import Spec
 
 # The one probe (builder/ship/checks/probe.py), run by the image's own Python; an image without Python (the
@@ -99,19 +100,26 @@ def layer_image(spec: Spec, stack, name: str, base_digest: str) -> tuple[str, st
 
 
 def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log: Path,
-                 progress: Callable[[str], None] = lambda line: None) -> dict:
+                  progress: Callable[[str], None] = lambda line: None, upgrade: frozenset = frozenset()) -> dict:
     """Resolve what layer `name`'s pip commands install on the image beneath it (builder.ship.resolve),
     as a lock file entry. The image beneath must be in the registry: the base by its digest, or the layer
-    beneath by its key (built first, with `imgbuild build`)."""
+    beneath by its key (built first, with `imgbuild build` or `imgbuild lock stack=NAME`). upgrade:
+    canonical distribution names that may move; with it, every other distribution of the current entry is
+    held at its locked version (`lock --upgrade NAME`)."""
     stack = stack_of(spec, name)
     base_digest = resolve(spec, [stack.name]).require()[stack.base.name]
     current = load_lock(spec.file)
-    plan = make_plan(spec, [stack.name], {stack.base.name: base_digest}, lock=current)
+    plan = make_plan(spec, [stack.name], {stack.base.name: base_digest}, lock=current, intent=True)
     node = next(n for n in plan.chain(stack.name) if n.name == name)
+    entry = current.python.get(name) if current is not None else None
+    keep = None
+    if upgrade and entry is not None:
+        keep = sorted(f"{d.name}=={d.version}" for key, d in entry.dists().items()
+                      if key not in upgrade and d.sha256 is not None and not d.direct)
     if node.locked:   # resolve the layer's intent (its requirements as stacks.yaml writes them), not its lock
         unlocked = replace(current, python={k: v for k, v in current.python.items() if k != name})
-        node = next(n for n in make_plan(spec, [stack.name], {stack.base.name: base_digest}, lock=unlocked)
-                    .chain(stack.name) if n.name == name)
+        node = next(n for n in make_plan(spec, [stack.name], {stack.base.name: base_digest}, lock=unlocked,
+                                         intent=True).chain(stack.name) if n.name == name)
     if node.parent is None:
         parent_ref = node.base_ref
     else:
@@ -120,23 +128,73 @@ def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log
         digest = Registry(spec.site.registry).verified_digest(repo, below.short)
         if not digest:
             raise SpecError(f"layer {name!r} is resolved on the image beneath it, {below.name!r} ({below.short[:12]}), "
-                            f"which is not in {spec.site.registry}", hint=f"build it first: imgbuild build stack={stack.name}")
+                            f"which is not in {spec.site.registry}",
+                            hint=f"build it first (imgbuild build stack={stack.name}), or lock the stack from the "
+                                 f"bottom up: imgbuild lock stack={stack.name}")
         parent_ref = f"{spec.site.registry}/{repo}@{digest}"
     with tempfile.TemporaryDirectory(prefix="imgbuild-resolve-context-") as tmp:
         context = assemble_context(node, hostconf, Path(tmp) / "context")
-        steps = resolve_layer(engine, node.dockerfile, context, parent_ref, node.build_args, hostconf, log, progress)
+        beneath: dict = {}
+        steps = resolve_layer(engine, node.dockerfile, context, parent_ref, node.build_args, hostconf, log, progress,
+                              keep=keep, beneath=beneath)
     # Valid while the layer, those beneath it and the base as named are unchanged (builder.plan.keys.python_entry).
-    return {"stack": stack.name, "parent": parent_ref, "definition": stack.layer_definition(name, None),
-            "resolved": stamp(), "steps": [[_dist(d) for d in step] for step in steps]}
+    out = {"stack": stack.name, "parent": parent_ref, "definition": stack.layer_definition(name, None),
+           "resolved": stamp(), "steps": [[_dist(d) for d in step] for step in steps]}
+    intents = resolved_intents(spec.layers[name], steps, beneath)
+    if intents:
+        out["intents"] = intents
+    return out
+
+
+def resolved_intents(layer, steps, beneath: dict | None = None) -> list[dict]:
+    """Each floating value of the layer as stacks.yaml writes it, beside what the resolution made of it: the
+    exact requirement (NAME==VERSION, NAME @ git+URL@COMMIT, NAME @ URL with its sha256), the version the
+    image beneath already holds (pip leaves a satisfied requirement alone), or, for a requirements file,
+    how many distributions its pip command installs."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    found = {canonicalize_name(d.name): d for step in steps for d in step}
+    out = []
+    for pname, what, why in layer_intents(layer):
+        if why.startswith("a requirements file"):
+            out.append({"intent": what, "locked": f"{sum(len(s) for s in steps)} distribution(s) of the layer"})
+            continue
+        if why.startswith("a git ref the lock"):
+            continue   # a source, recorded under sources:
+        key = canonicalize_name(Requirement(what).name)
+        d = found.get(key)
+        held = (beneath or {}).get(key)
+        locked = (f"{Requirement(what).name}=={held} (held by the image beneath)" if d is None and held
+                  else "not installed (a marker left it out)" if d is None
+                  else f"{d.name} @ {d.url}" if d.url.startswith("git+")
+                  else f"{d.name} @ {d.url.split('#')[0]}#sha256={d.sha256}" if d.direct
+                  else f"{d.name}=={d.version}")
+        out.append({"intent": what, "locked": locked})
+    return out
+
+
+def sources_section(intents: Intents, old: dict) -> list[dict]:
+    """The lock file's `sources:`: each git ref stacks.yaml names now, with the commit recorded before (kept)
+    or resolved by this run; refs no layer names any more are dropped."""
+    out = []
+    for repo, ref in sorted(intents.used):
+        commit = intents.found.get((repo, ref)) or old.get((repo, ref)) or intents.refs.get((repo, ref))
+        if commit:
+            out.append({"repo": repo, "ref": ref, "commit": commit,
+                        "resolved": intents.stamps.get((repo, ref)) or stamp()})
+    return out
 
 
 def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None],
          layers: list[str] = (), python: list[str] = (), hostconf: HostConf | None = None,
-         log_dir: Path | None = None) -> tuple[Path, list[ImgbuildError]]:
+         log_dir: Path | None = None, upgrade: frozenset = frozenset(),
+         intents: Intents | None = None) -> tuple[Path, list[ImgbuildError]]:
     """Resolve and probe each named base, and each named layer's image in the registry, resolve what each
     layer of `python` installs with pip, then write the lock file (atomically; entries of others kept). A
-    layer's base is locked with it: the layer's entry stands for that base digest. Returns the path and
-    the failures (a failed entry keeps its old one)."""
+    layer's base is locked with it: the layer's entry stands for that base digest. upgrade: distribution
+    names that may move in a re-resolution (the rest held). intents: how stacks.yaml was read (the git refs
+    it names, and those resolved while reading it), for the `sources:` section. Returns the path and the
+    failures (a failed entry keeps its old one)."""
     old = load_lock(spec.file)
     entries = {name: asdict(rec) for name, rec in (old.bases if old else {}).items()}
     layer_entries = {name: asdict(rec) for name, rec in (old.layers if old else {}).items()}
@@ -180,7 +238,7 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
         log = (log_dir or Path(tempfile.gettempdir())) / f"resolve-{name}.log"
         say(f"{name}: resolving its pip commands on the image beneath it (log {log})")
         try:
-            entry = resolve_entry(spec, name, engine, hostconf or HostConf.from_env(), log)
+            entry = resolve_entry(spec, name, engine, hostconf or HostConf.from_env(), log, upgrade=upgrade)
         except ImgbuildError as exc:
             failures.append(exc)
             say(f"{name}: not locked: {exc.message}")
@@ -195,8 +253,13 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
         data["layers"] = dict(sorted(layer_entries.items()))
     if python_entries:
         data["python"] = dict(sorted(python_entries.items()))
+    sources = sources_section(intents, {(r.repo, r.ref): r.commit for r in (old.sources if old else ())}) \
+        if intents is not None else [asdict(r) for r in (old.sources if old else ())]
+    if sources:
+        data["sources"] = sources
     text = ("# Written by `imgbuild lock`: what each base resolved to and what was measured inside it, and what\n"
-            "# each layer's pip commands install (python:, with each artifact's sha256).\n"
+            "# each layer's pip commands install (python:, with each artifact's sha256), and the commit of each\n"
+            "# git ref stacks.yaml names (sources:).\n"
             "# null: measured, not installed; a fact that is missing was not measured. Do not edit.\n"
             + yaml.safe_dump(data, sort_keys=False))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".stacks.lock.")
@@ -208,7 +271,8 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
 
 def _plain_python(rec) -> dict:
     return {"stack": rec.stack, "parent": rec.parent, "definition": rec.definition, "resolved": rec.resolved,
-            "steps": [[_dist(d) for d in step] for step in rec.steps]}
+            "steps": [[_dist(d) for d in step] for step in rec.steps],
+            **({"intents": [{"intent": i, "locked": o} for i, o in rec.intents]} if rec.intents else {})}
 
 
 def _dist(d) -> dict:
@@ -217,4 +281,60 @@ def _dist(d) -> dict:
     out = {**asdict(d), "required_by": list(d.required_by)}
     if out["replaces"] is None:
         del out["replaces"]
+    if not out["direct"]:
+        del out["direct"]
     return out
+
+
+def lock_stack(spec: Spec, name: str, engine: Engine, say: Callable[[str], None], hostconf: HostConf | None = None,
+               upgrade: frozenset = frozenset(), intents: Intents | None = None,
+               log_dir: Path | None = None) -> tuple[Path | None, list[ImgbuildError]]:
+    """Lock every layer of stack `name` that installs with pip, from the bottom up: each is resolved on the
+    image beneath it, which is built first from the lock as it stands (every layer beneath already locked,
+    so the image it resolves on is the one the build will give). A layer with a current entry is kept,
+    unless upgrade names one of its distributions. Stops at the first layer that cannot be locked: the
+    layers above it would resolve on an image that is not the one they will be built on."""
+    from builder.plan.keys import Plan, python_entry
+    from builder.plan.pinning import PIP
+    from builder.rules.review import review
+    from builder.ship.pipeline import Builder
+    from builder.errors import PreflightError, ValidationFailed
+    stack = spec.stack(name)
+    hostconf = hostconf or HostConf.from_env()
+    # Impossible stacks fail here, before an hour of building the layers beneath; unlocked intent (IB098)
+    # is what this resolves.
+    bad = [f for f in review(spec, [name]).errors() if f.rule != "IB098"]
+    for f in bad:
+        say(f.render())
+    if bad:
+        raise PreflightError(f"{len(bad)} error(s) in stack {name} besides unlocked intent; nothing was locked",
+                             hint="imgbuild check stack=" + name + " shows the same")
+    registry = Registry(spec.site.registry, on_retry=say)
+    registry.ping()
+    path: Path | None = None
+    for i, layer in enumerate(stack.chain):
+        current = load_lock(spec.file)
+        plan = make_plan(spec, [name], resolve(spec, [name]).require(), lock=current, intent=True)
+        chain = plan.chain(name)
+        if PIP not in chain[i].dockerfile:
+            continue
+        entry = python_entry(current, stack, layer)
+        if entry is not None and not (upgrade & set(entry.dists())):
+            say(f"{layer.name}: locked ({sum(len(s) for s in entry.steps)} distribution(s)), current; kept")
+            continue
+        if i:
+            keys = [n.key for n in chain[:i]]
+            beneath = Plan(spec=spec, nodes={k: plan.nodes[k] for k in keys}, users={k: [name] for k in keys})
+            say(f"{layer.name}: the image beneath it first: " + ", ".join(f"{n.name} ({n.short[:12]})" for n in chain[:i]))
+            report = Builder(spec, engine, registry, hostconf, say).run(beneath, [])
+            if not report.ok:
+                raise ValidationFailed(f"{layer.name} is not locked: the image beneath it did not build and pass "
+                                       f"its checks ({report.error})", hint=f"run dir: {report.run_dir}")
+        path, failures = lock(spec, [], engine, say, python=[layer.name], hostconf=hostconf, log_dir=log_dir,
+                              upgrade=upgrade, intents=intents)
+        if failures:
+            return path, failures
+    if path is None:   # nothing of the stack to resolve with pip: the sources (git refs) are still recorded
+        path, failures = lock(spec, [], engine, say, intents=intents)
+        return path, failures
+    return path, []

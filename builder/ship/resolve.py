@@ -36,7 +36,7 @@ from packaging.utils import InvalidName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.errors import EngineError, SpecError
-from builder.plan.pinning import PIP, command_end
+from builder.plan.pinning import PIP, WHEELHOUSE, command_end, mount_lock
 from builder.ship.engine import BuildRequest, Engine
 from builder.ship.hostconf import HostConf
 
@@ -44,6 +44,7 @@ REPORT = "/tmp/imgbuild-resolve-{:02d}.json"
 BEFORE = "/tmp/imgbuild-resolve-before.json"   # pip list of the image beneath, before the layer's pip
 FRESH = "IMGBUILD_RESOLVE_RUN"                  # a build argument unique to each resolution
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+SHA40 = re.compile(r"^[0-9a-f]{40}\Z")
 USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")   # removed, not masked: a lock URL is one to fetch
 MAX_REPORT_BYTES = 8 << 20
 
@@ -58,11 +59,16 @@ class Resolved:
     requested: bool        # named in the command, not pulled in by another
     replaces: str | None = None   # the version the image beneath holds, which this one would replace
     required_by: list = field(default_factory=list)   # what among the set asks for it (the resolver's chain)
+    direct: bool = False   # named by URL (a wheel, a git commit), not found on an index by name and version
 
 
-def resolving(dockerfile: str) -> tuple[str, int]:
+KEEP = "/imgbuild-lock/keep.txt"   # `lock --upgrade NAME`: every other distribution held at its locked version
+
+
+def resolving(dockerfile: str, keep: bool = False) -> tuple[str, int]:
     """The layer's Dockerfile turned into one that writes pip's reports instead of an image: (text, number
-    of pip commands). Raises SpecError when the layer has no pip command."""
+    of pip commands). keep: each pip command also reads the constraints file KEEP from the build context
+    (on top of the image's own PIP_CONSTRAINT). Raises SpecError when the layer has no pip command."""
     starts = [m.start() for m in re.finditer(re.escape(PIP) + r"(?=\s)", dockerfile)]
     if not starts:
         raise SpecError("the layer runs no pip command: there is nothing of it to resolve")
@@ -78,13 +84,15 @@ def resolving(dockerfile: str) -> tuple[str, int]:
     for n, start in enumerate(starts):
         last = n == len(starts) - 1
         out.append(dockerfile[at:start])
-        out.append(f"{PIP} --report {REPORT.format(n)}" + (" --dry-run" if last else ""))
+        out.append(f"{PIP} --report {REPORT.format(n)}" + (" --dry-run" if last else "")
+                   + (f" --constraint {KEEP}" if keep else ""))
         at = start + len(PIP)
     end = command_end(dockerfile, at)
     out.append(dockerfile[at:end].rstrip().rstrip("\\").rstrip())
     # The reports, and nothing else, are the build's output (docker build --output type=local).
     out.append(f"\n\nFROM scratch\nCOPY --from=0 /tmp/imgbuild-resolve-*.json /\n")
-    return "".join(out), len(starts)
+    text = "".join(out)
+    return (mount_lock(text) if keep else text), len(starts)
 
 
 def read_before(data: bytes) -> dict[str, str]:
@@ -113,9 +121,10 @@ def _chains(report: dict) -> dict[str, list[str]]:
     return out
 
 
-def read_report(data: bytes, where: str, before: dict | None = None) -> list[Resolved]:
+def read_report(data: bytes, where: str, before: dict | None = None, wheelhouse: Path | None = None) -> list[Resolved]:
     """pip's installation report (format 1) as what it installs; anything else is refused with the reason.
-    before: what the image beneath holds, for what the set would replace."""
+    before: what the image beneath holds, for what the set would replace. wheelhouse: the host folder the
+    build mounts at /wheelhouse, whose wheels pip reports without a hash."""
     if len(data) > MAX_REPORT_BYTES:
         raise EngineError(f"{where}: pip's report is {len(data)} bytes; at most {MAX_REPORT_BYTES} are read")
     try:
@@ -136,12 +145,26 @@ def read_report(data: bytes, where: str, before: dict | None = None) -> list[Res
             digest = hashes.get("sha256")
             if "dir_info" in info:
                 digest = None
+            elif "vcs_info" in info:
+                # A git requirement: its bytes are the commit pip checked out (a tag or branch of stacks.yaml
+                # resolved), installed from that commit; pip cannot hash a checkout.
+                commit = str(info["vcs_info"].get("commit_id", ""))
+                if not SHA40.match(commit):
+                    raise ValueError(f"{name} {version} from {url}: no commit in the report")
+                sub = (info.get("subdirectory") or "")
+                url, digest = f"git+{url}@{commit}" + (f"#subdirectory={sub}" if sub else ""), None
+            elif not isinstance(digest, str) and url.startswith(WHEELHOUSE) and wheelhouse is not None:
+                # pip hashes what it downloads, not a file it reads: a wheel of the wheelhouse is hashed
+                # here, from the host's folder that the build mounts.
+                digest = _hash_wheel(wheelhouse, url)
+            if "dir_info" in info or "vcs_info" in info:
+                pass
             elif not isinstance(digest, str) or not SHA256.match(digest):
                 # pip reports a hash for what it downloaded or read; an archive without one cannot be locked.
                 raise ValueError(f"{name} {version} from {url}: no sha256 in the report")
             had = (before or {}).get(canonicalize_name(name))
             out.append(Resolved(name=name, version=version, sha256=digest, url=url,
-                                requested=bool(item.get("requested")),
+                                requested=bool(item.get("requested")), direct=bool(item.get("is_direct")),
                                 replaces=had if had is not None and had != version else None,
                                 required_by=chains.get(canonicalize_name(name), [])))
     except (ValueError, TypeError, KeyError, AttributeError, InvalidName, InvalidVersion) as exc:
@@ -150,10 +173,17 @@ def read_report(data: bytes, where: str, before: dict | None = None) -> list[Res
 
 
 def resolve_layer(engine: Engine, dockerfile: str, context: Path, parent_ref: str, build_args: dict,
-                  hostconf: HostConf, log: Path, progress: Callable[[str], None] = lambda line: None) -> list[list[Resolved]]:
+                  hostconf: HostConf, log: Path, progress: Callable[[str], None] = lambda line: None,
+                  keep: list[str] | None = None, beneath: dict | None = None) -> list[list[Resolved]]:
     """Run the layer's pip commands as `resolving` rewrites them, on parent_ref, in the layer's build
-    context: what each command installs, in order."""
-    text, count = resolving(dockerfile)
+    context: what each command installs, in order. keep: requirements (NAME==VERSION) every command must
+    honour, so that only what is left out of them may move (`lock --upgrade NAME`). beneath: filled with
+    what the image beneath holds (canonical name -> version), the answer to a requirement it satisfies."""
+    beneath = {} if beneath is None else beneath
+    if keep is not None:
+        (context / "imgbuild-lock").mkdir(exist_ok=True)
+        (context / "imgbuild-lock" / Path(KEEP).name).write_text("".join(f"{line}\n" for line in keep))
+    text, count = resolving(dockerfile, keep=keep is not None)
     (context / "Dockerfile.resolve").write_text(text)
     out = Path(tempfile.mkdtemp(prefix="imgbuild-resolve-"))
     try:
@@ -170,10 +200,26 @@ def resolve_layer(engine: Engine, dockerfile: str, context: Path, parent_ref: st
             if not path.is_file():
                 raise EngineError(f"pip wrote no report for the layer's pip command {n + 1} of {count}",
                                   hint=f"full log: {log}")
-            steps.append(read_report(path.read_bytes(), f"pip command {n + 1} of {count}", before))
+            steps.append(read_report(path.read_bytes(), f"pip command {n + 1} of {count}", before, hostconf.wheelhouse))
+        beneath.update(before)
         return steps
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def _hash_wheel(wheelhouse: Path, url: str) -> str | None:
+    """sha256 of file:///wheelhouse/NAME in the host's wheelhouse (None where it is not a plain file there)."""
+    import hashlib
+    from urllib.parse import unquote
+    name = unquote(url[len(WHEELHOUSE):])
+    path = wheelhouse / name
+    if "/" in name or not path.is_file() or path.is_symlink():
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def stamp() -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from builder.errors import SourceError
 from builder.load.params import GitPin
+from builder.redact import redact
 
 MARKER = ".imgbuild-source"   # written beside the exported tree: "<commit> <repo>", checked in the image
 
@@ -38,6 +39,21 @@ def _git(*args: str, cwd: Path | None = None, timeout: float = 600) -> subproces
 
 def _text(proc: subprocess.CompletedProcess) -> str:
     return (proc.stdout or b"").decode(errors="replace").strip()
+
+
+def ls_remote(repo: str, ref: str) -> str:
+    """The commit a tag or branch of a repository names now (`imgbuild lock` for a source at `ref:`): an
+    annotated tag is peeled to its commit; a tag wins over a branch of the same name, as git's own lookup
+    does. Credentials come from the netrc, as for every fetch."""
+    proc = _git("ls-remote", "--", repo, f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}", f"refs/heads/{ref}", timeout=120)
+    if proc.returncode != 0:
+        raise SourceError(f"git ls-remote of {redact(repo)} failed: " + (proc.stderr or b"").decode(errors="replace").strip()[-300:])
+    found = dict(reversed(line.split("\t", 1)) for line in _text(proc).splitlines() if "\t" in line)
+    for name in (f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", f"refs/heads/{ref}"):
+        if name in found:
+            return found[name]
+    raise SourceError(f"{redact(repo)} has no tag or branch {ref!r}",
+                      hint="git ls-remote --tags --heads REPO lists them; or pin the commit: commit: <40-hex sha>")
 
 
 def fetch(pin: GitPin) -> Path:

@@ -167,18 +167,21 @@ def _norm(name: str) -> str:
 
 
 def _requirements(a: dict, f: dict) -> tuple[str, str]:
-    """Each pinned requirement installed at its version (a git requirement: installed at all), and each
-    removed package gone."""
+    """Each pinned requirement installed at its version (a git requirement or a bare name: installed at all;
+    a range: at a version inside it), and each removed package gone."""
     from packaging.requirements import Requirement
     wrong, seen = [], []
     for raw in a.get("installed") or []:
         req = Requirement(raw)
         have = f["dists"].get(_norm(req.name))
-        want = None if req.url else next(iter(req.specifier)).version
+        exact = [s.version for s in req.specifier if s.operator == "==" and len(req.specifier) == 1]
         if have is None:
             wrong.append(f"{req.name} is not installed")
-        elif want is not None and have != want:
-            wrong.append(f"{req.name} is {have}, the spec pins {want}")
+        elif exact and have != exact[0]:
+            wrong.append(f"{req.name} is {have}, the spec pins {exact[0]}")
+        elif not exact and not req.url and req.specifier and not req.specifier.contains(have, prereleases=True):
+            # Intent (a range): the lock's check holds the exact version; this one holds the range itself.
+            wrong.append(f"{req.name} is {have}, outside the range stacks.yaml states ({req.specifier})")
         else:
             seen.append(f"{req.name} {have}")
     absent = a.get("absent") or {}

@@ -1,0 +1,153 @@
+"""Intent and truth: what stacks.yaml may leave floating, and how the lock file pins it.
+
+A recipe says `transformers>=4.40,<5`, a git tag, a wheel URL without a hash. An image needs one exact
+answer for each. stacks.yaml may state the intent where a lock file stands beside it; `imgbuild lock`
+turns each into its exact form and records both, and check, plan, render and build use only that form:
+
+- a floating requirement (a range, a bare name, a git requirement at a tag or branch, a wheel URL
+  without #sha256=) is resolved by pip with the layer's other requirements (`lock python=LAYER`); the
+  layer's lock entry holds the exact version and artifact hash, and the build installs only those;
+- a git source at `ref:` (a tag or a branch) is resolved to its 40-hex commit on the host
+  (`git ls-remote`), recorded under the lock file's `sources:`, and read back when stacks.yaml loads:
+  from then on the layer is pinned to that commit like any other.
+
+Without a lock file the old strict refusals stand: every pin exact, every commit full.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import yaml
+from packaging.requirements import Requirement
+
+# A git ref a site may float on: a tag or branch name as `git check-ref-format` allows it (plain names
+# and slashes; no '..', no leading '-', no '@{', no control or glob characters), at most 200 characters.
+REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*@\{)(?!.*//)[A-Za-z0-9._+/-]{1,200}(?<![./])\Z")
+SHA40 = re.compile(r"^[0-9a-f]{40}\Z")
+SHA256_FRAGMENT = re.compile(r"#sha256=[0-9a-f]{64}\Z")
+
+
+@dataclass
+class Intents:
+    """How the loader treats intent: `accept` (a lock file stands beside stacks.yaml, or `imgbuild lock`
+    is reading it) or not; `refs` maps (repo, ref) to the commit the lock file recorded; `resolve`, where
+    set (`imgbuild lock`), resolves a ref the lock file lacks, and what it resolved is kept in `found`."""
+    accept: bool = False
+    refs: dict = field(default_factory=dict)
+    resolve: Callable[[str, str], str] | None = None
+    found: dict = field(default_factory=dict)   # (repo, ref) -> commit, what this loading resolved
+    stamps: dict = field(default_factory=dict)  # (repo, ref) -> when the lock file recorded it
+    used: set = field(default_factory=set)      # (repo, ref) named by stacks.yaml now
+    lock_file: str = "stacks.lock.yaml"
+
+    def commit(self, repo: str, ref: str) -> str | None:
+        self.used.add((repo, ref))
+        if self.resolve is not None and (repo, ref) not in self.refs:
+            if (repo, ref) not in self.found:
+                self.found[(repo, ref)] = self.resolve(repo, ref)
+            return self.found[(repo, ref)]
+        return self.refs.get((repo, ref))
+
+
+INTENTS: ContextVar[Intents] = ContextVar("INTENTS", default=Intents())
+
+
+@contextmanager
+def reading(intents: Intents):
+    token = INTENTS.set(intents)
+    try:
+        yield intents
+    finally:
+        INTENTS.reset(token)
+
+
+def floating(req: Requirement) -> str | None:
+    """Why a requirement is intent rather than a pin: None for NAME==X.Y.Z, NAME @ git+URL@<40-hex commit>
+    and a wheel URL with #sha256=."""
+    if req.url:
+        if req.url.startswith("git+"):
+            ref = _git_ref(req.url)
+            return None if ref and SHA40.match(ref) else (f"a git ref ({ref})" if ref else "a git default branch")
+        return None if SHA256_FRAGMENT.search(req.url) else "a wheel URL without #sha256="
+    specs = list(req.specifier)
+    if not specs:
+        return "no version"
+    if len(specs) == 1 and specs[0].operator == "==" and not specs[0].version.endswith(".*"):
+        return None
+    return f"a range ({req.specifier})"
+
+
+# Parameters that name requirements files (pip's -r): a file beside stacks.yaml, or files of the project's source.
+REQUIREMENT_FILES = ("requirements", "requirements_files")
+
+
+def unresolved_refs(layer) -> list[tuple[str, str, str]]:
+    """The git sources of a layer at a ref the lock file has no commit for (what `imgbuild lock` resolves)."""
+    return [i for i in layer_intents(layer) if i[2].startswith("a git ref the lock")]
+
+
+def layer_intents(layer) -> list[tuple[str, str, str]]:
+    """What of a layer's parameters floats until the lock file resolves it: (parameter, requirement, file or
+    git source, why). A requirements file (its lines are read by pip, not by imgbuild) is intent as a whole;
+    a git source at a ref is intent until the lock file's `sources:` records its commit."""
+    out = []
+    for name, value in layer.params:
+        ptype = layer.kind.params[name].type if name in layer.kind.params else None
+        if getattr(value, "ref", None) and not getattr(value, "commit", ""):
+            out.append((name, f"{value.repo}@{value.ref}", "a git ref the lock file records no commit for"))
+        elif ptype == "requirements":
+            for raw in value or ():
+                why = floating(Requirement(raw))
+                if why:
+                    out.append((name, raw, why))
+        elif name in REQUIREMENT_FILES and value:
+            for item in (value if isinstance(value, tuple) else (value,)):
+                out.append((name, str(getattr(item, "path", item)), "a requirements file (pip reads its lines)"))
+    return out
+
+
+def _git_ref(url: str) -> str | None:
+    """The @REF of git+URL[@REF][#fragment]: what follows the last '@' after the host."""
+    body = url[len("git+"):].split("#", 1)[0]
+    scheme, _, rest = body.partition("://")
+    tail = rest.split("/", 1)[1] if "/" in rest else ""
+    return tail.rsplit("@", 1)[1] if "@" in tail else None
+
+
+def lock_path(spec_file: str | Path) -> Path:
+    """stacks.lock.yaml beside stacks.yaml (NAME.lock.yaml beside NAME.yaml)."""
+    spec_file = Path(spec_file)
+    return spec_file.with_name(spec_file.stem + ".lock.yaml")
+
+
+def read_refs(lock_file: Path) -> dict:
+    """(repo, ref) -> commit, from the lock file's `sources:` (nothing where there is no such file or
+    section). Read leniently here: builder.plan.lockfile reads the whole file strictly."""
+    try:
+        data = yaml.safe_load(lock_file.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    out = {}
+    for rec in (data.get("sources") or []) if isinstance(data, dict) else []:
+        if isinstance(rec, dict) and SHA40.match(str(rec.get("commit", ""))):
+            out[(str(rec.get("repo")), str(rec.get("ref")))] = str(rec["commit"])
+    return out
+
+
+def read_stamps(lock_file: Path) -> dict:
+    """(repo, ref) -> when the lock file's `sources:` recorded its commit."""
+    try:
+        data = yaml.safe_load(lock_file.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    return {(str(r.get("repo")), str(r.get("ref"))): str(r.get("resolved", ""))
+            for r in (data.get("sources") or []) if isinstance(r, dict)} if isinstance(data, dict) else {}
+
+
+__all__ = ["INTENTS", "Intents", "REF", "floating", "layer_intents", "lock_path", "unresolved_refs", "read_refs", "reading"]
