@@ -1,0 +1,131 @@
+"""Intent in stacks.yaml, truth in the lock (issue 21), against the real engine, registry and pip.
+
+A demo stack on a loopback index states ranges and a bare name; `imgbuild lock stack=demo` resolves them
+bottom-up (the layer beneath built from its lock first), records intent and result, and a build from the
+lock installs the locked versions after newer ones satisfying the same ranges were published. `lock
+--upgrade NAME` moves that one distribution and holds the rest. And cpu-smoke itself, from the recipe's
+own forms (a git tag for its project, ranges for its tools), locked and built from the lock with every
+installed distribution what the lock says; a hand-edited hash there fails the build and moves no tag."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+import yaml
+from packaging.utils import canonicalize_name
+
+from conftest import DOCKER, run_cli
+from e2e import NS, REGISTRY, imgbuild, reports, stacks_file
+from builder.plan.lockfile import load_lock
+from builder.ship.registry import Registry
+from test_docker_resolve import _publish, _site, _wheel, index  # noqa: F401  (the loopback index fixture)
+
+pytestmark = [pytest.mark.docker, pytest.mark.registry]
+
+
+def _freeze(ref: str) -> dict:
+    run = subprocess.run([DOCKER, "run", "--rm", "--network", "none", ref, "python", "-m", "pip", "list",
+                          "--format=freeze"], capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert run.returncode == 0, run.stderr
+    return dict(line.split("==", 1) for line in run.stdout.splitlines() if "==" in line)
+
+
+def _ok(proc):
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_ranges_are_locked_bottom_up_built_from_the_lock_and_upgraded_one_at_a_time(work, index):
+    env = {"IMGBUILD_PIP_INDEX_URL": index["url"], "IMGBUILD_BUILD_NETWORK": "host"}
+    f = _site(work, "intent", NS + "-intent", above=["imgbuild-demo-dep"])
+    data = yaml.safe_load(f.read_text())
+    data["layers"]["demo"]["params"]["packages"] = ["imgbuild-demo-app>=1.0,<2"]
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    lock = f.with_name("stacks.lock.yaml")
+
+    # No lock file: the strict refusal stands, and says how to keep the range.
+    res = run_cli("check", "stack=demo", "-f", f)
+    assert res.code == 2 and "needs an exact version" in res.err and "imgbuild lock python=LAYER" in res.err, res.output
+
+    _ok(imgbuild(work, "lock", "stack=demo", "-f", str(f), env=env))
+    got = load_lock(f)
+    assert {n: d.version for n, d in got.python["demo"].dists().items()} == {"imgbuild-demo-app": "1.0",
+                                                                             "imgbuild-demo-dep": "1.0"}
+    assert got.python["demo"].intents == (("imgbuild-demo-app<2,>=1.0", "imgbuild-demo-app==1.0"),)
+    # The plugin's bare name is satisfied by the image beneath (built from the lock first): held, not moved.
+    assert got.python["plugin"].intents == (("imgbuild-demo-dep", "imgbuild-demo-dep==1.0 (held by the image beneath)"),)
+    assert run_cli("lock", "--check", "-f", f).code == 0
+
+    # Newer releases inside the same ranges: a build installs the lock, not what the index offers now.
+    _wheel(index["root"], "imgbuild-demo-app", "1.1", ("imgbuild-demo-dep>=1.0",))
+    _wheel(index["root"], "imgbuild-demo-dep", "1.1")
+    _publish(index["root"])
+    _ok(imgbuild(work, "build", "stack=demo", "--require-locked", "-f", str(f), env=env))
+    top = [n for n in reports(work)[-1]["nodes"].values() if n["layer"] == "plugin"][0]
+    frozen = _freeze(f"{REGISTRY}/{NS}-intent/layers/plugin@{top['digest']}")
+    assert (frozen["imgbuild-demo-app"], frozen["imgbuild-demo-dep"]) == ("1.0", "1.0"), frozen
+
+    # One package moves; the other is held at its locked version though 1.1 would satisfy its range.
+    _ok(imgbuild(work, "lock", "stack=demo", "--upgrade", "imgbuild-demo-app", "-f", str(f), env=env))
+    after = load_lock(f).python["demo"]
+    assert {n: d.version for n, d in after.dists().items()} == {"imgbuild-demo-app": "1.1", "imgbuild-demo-dep": "1.0"}
+    assert after.intents == (("imgbuild-demo-app<2,>=1.0", "imgbuild-demo-app==1.1"),)
+
+    # The intent changes: the lock is stale, check refuses, and nothing is rendered from intent.
+    f.write_text(f.read_text().replace("imgbuild-demo-app>=1.0,<2", "imgbuild-demo-app>=1.1,<3"))
+    assert run_cli("lock", "--check", "-f", f).code == 1
+    res = run_cli("check", "stack=demo", "-f", f)
+    assert res.code == 3 and "error IB098 [demo]" in res.out and "imgbuild lock python=demo" in res.out, res.output
+    res = run_cli("render", "stack=demo", "-f", f)
+    assert res.code == 2 and "IB098" in res.err and "nothing is built from intent" in res.err, res.output
+    assert lock.is_file()
+
+
+SMOKE_NS = NS + "-intent-smoke"
+
+
+def _cpu_smoke_from_intent(data: dict) -> None:
+    data["projects"]["smoke-train"]["params"]["source"] = {"repo": data["projects"]["smoke-train"]["params"]
+                                                           ["source"]["repo"], "ref": "v1"}
+    data["layers"]["cpu-torch-2.13"]["params"]["tools"] = ["setuptools>=80,<81", "wheel", "ninja==1.11.1.4"]
+    data["stacks"] = {"cpu-smoke": data["stacks"]["cpu-smoke"]}
+    data["site"]["namespace"] = SMOKE_NS   # its tags are not the session's cpu-smoke tags
+
+
+def test_cpu_smoke_from_its_intent_is_locked_and_built_from_the_lock(work, first):
+    """cpu-smoke with a git tag for its project and ranges for its tools: locked bottom-up on the real
+    engine (the wheelhouse's torch hashed on the host, DeepSpeed's sdist resolved in the image), built with
+    --require-locked, and every distribution the lock names is installed at its locked version (the
+    python-lock check, and pip freeze read here). Then a hand-edited hash fails the build, no tag moves."""
+    f = stacks_file(work, "intent-cpu-smoke", _cpu_smoke_from_intent)
+    _ok(imgbuild(work, "lock", "stack=cpu-smoke", "-f", str(f)))
+    got = load_lock(f)
+    assert [(s.ref, s.commit) for s in got.sources] == [("v1", "d89c5dfd761db2eb8352a3c3df6659c984547929")]
+    assert {"cpu-torch-2.13", "ds-0.19.8-cpu", "smoke-train"} <= set(got.python)
+    torch = got.python["cpu-torch-2.13"].dists()["torch"]
+    assert torch.url.startswith("file:///wheelhouse/") and torch.sha256 == \
+        "6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b"
+    assert dict(got.python["cpu-torch-2.13"].intents)["setuptools<81,>=80"].startswith("setuptools==80.")
+    assert run_cli("lock", "--check", "-f", f).code == 0
+
+    proc = _ok(imgbuild(work, "build", "stack=cpu-smoke", "--require-locked", "-f", str(f)))
+    assert "IB096" not in proc.stdout
+    nodes = reports(work)[-1]["nodes"].values()
+    top = [n for n in nodes if n["layer"] == "smoke-train"][0]
+    frozen = {canonicalize_name(n): v for n, v in _freeze(f"{REGISTRY}/{SMOKE_NS}/layers/smoke-train@{top['digest']}").items()}
+    locked = {n: d.version for entry in got.python.values() for n, d in entry.dists().items()}
+    wrong = {n: (v, frozen.get(n)) for n, v in locked.items() if frozen.get(n) != v}
+    assert not wrong and len(locked) > 20, wrong
+    released = Registry(REGISTRY).manifest_digest(f"{SMOKE_NS}/cpu-smoke", "cpu-smoke")
+    assert released
+
+    # A wrong (well-formed) hash in the lowest layer's set: pip refuses, nothing is pushed, no tag moves.
+    lock = f.with_name("intent-cpu-smoke.lock.yaml")
+    real = got.python["cpu-torch-2.13"].dists()["wheel"].sha256
+    lock.write_text(lock.read_text().replace(real, "cd" * 32))
+    proc = imgbuild(work, "build", "stack=cpu-smoke", "-f", str(f))
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert "do not match the hashes" in (proc.stdout + proc.stderr).lower(), proc.stdout[-3000:]
+    assert Registry(REGISTRY).manifest_digest(f"{SMOKE_NS}/cpu-smoke", "cpu-smoke") == released

@@ -1,0 +1,281 @@
+"""Intent in stacks.yaml, truth in the lock (issue 21), without an engine: what may float and where, how the
+lock's answers are read back (a git ref's commit, a range's exact version), what is refused without them,
+and the new primitives' renderings (patches of any git source, requirements files, uv sync of a project's
+own lock, several projects). tests/test_docker_intent.py runs the same against the real engine and pip."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+
+from conftest import STACKS, run_cli
+from builder.errors import SpecError
+from builder.load.intent import Intents, floating, layer_intents
+from builder.load.spec import load_spec
+from builder.plan.keys import make_plan
+from builder.plan.lockfile import LockedDist, LockedPython, load_lock
+from builder.plan.pinning import pinned, requirement_lines
+from builder.ship.lock import lock as write_lock
+from builder.ship.resolve import read_report
+from builder.ship.sources import ls_remote
+
+DIGEST = {"debian-bookworm": "sha256:" + "ab" * 32}
+EMPTY_LOCK = "version: 1\nbases: {}\n"
+
+
+@pytest.mark.parametrize("req, why", [
+    ("numpy==2.1.3", None), ("numpy[x]==2.1.3", None),
+    ("six @ git+https://github.com/benjaminp/six.git@" + "a" * 40, None),
+    ("fa @ https://h.example/fa-2.7-cp311-cp311-linux_x86_64.whl#sha256=" + "b" * 64, None),
+    ("numpy>=1.26", "a range (>=1.26)"), ("numpy~=1.26", "a range (~=1.26)"), ("numpy==2.*", "a range (==2.*)"),
+    ("numpy>=1,<2", "a range (<2,>=1)"), ("ninja", "no version"),
+    ("six @ git+https://github.com/benjaminp/six.git@1.16.0", "a git ref (1.16.0)"),
+    ("six @ git+https://github.com/benjaminp/six.git", "a git default branch"),
+    ("fa @ https://h.example/fa-2.7-cp311-cp311-linux_x86_64.whl", "a wheel URL without #sha256="),
+])
+def test_what_floats(req, why):
+    assert floating(Requirement(req)) == why
+
+
+def _site(tmp_path, mutate, lock: str | None = EMPTY_LOCK):
+    data = yaml.safe_load(STACKS.read_text())
+    data["stacks"] = {"cpu-smoke": data["stacks"]["cpu-smoke"]}
+    mutate(data)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    f = tmp_path / "stacks.yaml"
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    if lock is not None:
+        (tmp_path / "stacks.lock.yaml").write_text(lock)
+    return f
+
+
+def _ranged(data):
+    data["layers"]["extra"] = {"kind": "pip", "params": {"packages": ["hjson>=3,<4", "tqdm",
+                                                                      "six @ git+https://github.com/benjaminp/six.git@1.16.0"]}}
+    data["stacks"]["cpu-smoke"]["layers"].append("extra")
+
+
+@pytest.mark.parametrize("value, reason", [
+    ("hjson>=3,<4", "needs an exact version (hjson==X.Y.Z), got the range 'hjson>=3,<4'"),
+    ("tqdm", "'tqdm' is not pinned"),
+    ("six @ git+https://github.com/benjaminp/six.git@1.16.0", "a URL requirement must be git+URL@<full 40-hex commit>"),
+    ("fa @ https://h.example/fa-2.7-cp311-cp311-linux_x86_64.whl", "a URL requirement must be git+URL@<full 40-hex commit>"),
+])
+def test_without_a_lock_file_every_floating_value_is_refused_as_before(tmp_path, value, reason):
+    f = _site(tmp_path, lambda d: (_ranged(d), d["layers"]["extra"]["params"].update(packages=[value])), lock=None)
+    res = run_cli("check", "-f", f)
+    assert res.code == 2 and reason in res.err and "imgbuild lock python=LAYER" in res.err, res.output
+    assert "Traceback" not in res.output
+
+
+def test_beside_a_lock_file_intent_is_reported_and_never_built_from(tmp_path):
+    f = _site(tmp_path, _ranged)
+    res = run_cli("check", "stack=cpu-smoke", "-f", f)
+    assert res.code == 3, res.output
+    # One finding for the layer, every floating value named, the command that fixes it; lint's own words for
+    # a floating pin (IB101, IB103) are not said a second time.
+    assert res.out.count("error IB098 [cpu-smoke]") == 1 and "IB103" not in res.out and "IB101" not in res.out
+    assert "'hjson<4,>=3' (a range (<4,>=3))" in res.out and "'tqdm' (no version)" in res.out
+    assert "fix: imgbuild lock python=extra" in res.out
+    for verb in (["render", "stack=cpu-smoke"], ["plan", "stack=cpu-smoke", "--offline"]):
+        res = run_cli(*verb, "-f", f)
+        assert res.code == 2 and "spec error[IB098]" in res.err and "layers.extra.params.packages" in res.err, res.output
+        assert "nothing is built from intent" in res.err and "imgbuild lock python=extra" in res.err
+    res = run_cli("lock", "--check", "-f", f)
+    assert res.code == 1 and "python.extra: missing: 'hjson<4,>=3' floats" in res.out, res.output
+
+
+def _locked_extra(tmp_path, steps, intents=()):
+    f = _site(tmp_path, _ranged)
+    stack = load_spec(f).stack("cpu-smoke")
+    entry = {"stack": "cpu-smoke", "parent": "p", "definition": stack.layer_definition("extra", None),
+             "resolved": "2026-12-03T12:00:00Z", "steps": steps, "intents": list(intents)}
+    (tmp_path / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {}, "python": {"extra": entry}}))
+    return f
+
+
+STEP = [{"name": "six", "version": "1.16.0", "sha256": None, "url": "git+https://github.com/benjaminp/six.git@"
+         + "c" * 40, "requested": True, "direct": True},
+        {"name": "hjson", "version": "3.1.0", "sha256": "65" * 32, "url": "https://files.example/hjson.whl",
+         "requested": True}]
+
+
+def test_with_its_lock_entry_a_floating_layer_installs_only_the_result(tmp_path):
+    f = _locked_extra(tmp_path, [STEP], [{"intent": "hjson<4,>=3", "locked": "hjson==3.1.0"}])
+    res = run_cli("check", "stack=cpu-smoke", "-f", f)
+    assert "IB098" not in res.out, res.output
+    node = next(n for n in make_plan(load_spec(f), ["cpu-smoke"], DIGEST).nodes.values() if n.name == "extra")
+    # The hashed set by its requirements file; the git requirement from the commit the lock resolved its tag
+    # to, --no-deps; nothing of the intent is left in the Dockerfile.
+    assert "--no-deps --require-hashes -r /imgbuild-lock/00.txt" in node.dockerfile
+    assert "--no-deps 'six @ git+https://github.com/benjaminp/six.git@" + "c" * 40 + "'" in node.dockerfile
+    assert "1.16.0" not in node.dockerfile and "hjson>=" not in node.dockerfile and "tqdm" not in node.dockerfile
+    assert node.locked == ("hjson==3.1.0 --hash=sha256:" + "65" * 32 + "\n",)
+    # Another resolution of the same intent is another key: the content key follows the result.
+    other = _locked_extra(tmp_path / "b", [[STEP[0], {**STEP[1], "version": "3.1.1", "sha256": "66" * 32}]])
+    key = next(n.key for n in make_plan(load_spec(other), ["cpu-smoke"], DIGEST).nodes.values() if n.name == "extra")
+    assert key != node.key
+    assert load_lock(f).python["extra"].intents == (("hjson<4,>=3", "hjson==3.1.0"),)
+
+
+def test_a_wheel_by_url_is_installed_from_that_url_and_an_empty_step_installs_nothing():
+    d = LockedDist("flash-attn", "2.7.4", "ab" * 32, "https://h.example/flash_attn-2.7.4-cp311.whl", True, direct=True)
+    assert requirement_lines([d]) == "flash-attn @ https://h.example/flash_attn-2.7.4-cp311.whl --hash=sha256:" + "ab" * 32 + "\n"
+    text = "RUN python -m pip install --progress-bar off hjson\n"
+    out, files = pinned(text, LockedPython("s", "p", "d", "r", ((),)))
+    assert "pip install" not in out and "the lock installs nothing" in out and files == ("\n",)
+
+
+def _report(*items):
+    return json.dumps({"version": "1", "environment": {}, "install": list(items)}).encode()
+
+
+def test_pips_report_of_a_git_requirement_a_url_wheel_and_a_wheelhouse_wheel(tmp_path):
+    (tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"wheel bytes")
+    got = read_report(_report(
+        {"metadata": {"name": "six", "version": "1.16.0"}, "requested": True, "is_direct": True,
+         "download_info": {"url": "https://github.com/benjaminp/six.git",
+                           "vcs_info": {"vcs": "git", "requested_revision": "1.16.0", "commit_id": "d" * 40}}},
+        {"metadata": {"name": "flash-attn", "version": "2.7.4"}, "requested": True, "is_direct": True,
+         "download_info": {"url": "https://h.example/fa.whl", "archive_info": {"hashes": {"sha256": "e" * 64}}}},
+        {"metadata": {"name": "torch", "version": "2.13.0+cpu"}, "requested": True, "is_direct": True,
+         "download_info": {"url": "file:///wheelhouse/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+                           "archive_info": {}}}), "pip", wheelhouse=tmp_path)
+    assert (got[0].url, got[0].sha256, got[0].direct) == ("git+https://github.com/benjaminp/six.git@" + "d" * 40, None, True)
+    assert (got[1].sha256, got[1].direct) == ("e" * 64, True)
+    import hashlib
+    assert got[2].sha256 == hashlib.sha256(b"wheel bytes").hexdigest()
+    # The wheelhouse wheel by its path in the image (pip reads the name unquoted)
+    assert requirement_lines([got[2]]).startswith("/wheelhouse/torch-2.13.0+cpu-cp311")
+    with pytest.raises(Exception, match="no sha256 in the report"):   # an archive with no hash is never locked
+        read_report(_report({"metadata": {"name": "x", "version": "1"}, "download_info": {
+            "url": "https://h.example/x.whl", "archive_info": {}}}), "pip", wheelhouse=None)
+
+
+@pytest.fixture
+def tagged(tmp_path):
+    """A git repository with an annotated tag v1 and a branch dev, as a file:// URL."""
+    repo = tmp_path / "src.git"
+    work = tmp_path / "src"
+    run = lambda *a, cwd=work: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=cwd,
+                                              check=True, capture_output=True, text=True).stdout.strip()
+    work.mkdir()
+    run("init", "-q", "-b", "main")
+    (work / "a.py").write_text("x = 1\n")
+    run("add", "a.py")
+    run("commit", "-qm", "one")
+    one = run("rev-parse", "HEAD")
+    run("tag", "-a", "v1", "-m", "v1")
+    (work / "a.py").write_text("x = 2\n")
+    run("commit", "-qam", "two")
+    two = run("rev-parse", "HEAD")
+    run("branch", "dev")
+    run("clone", "-q", "--bare", str(work), str(repo), cwd=tmp_path)
+    return {"url": f"file://{repo}", "v1": one, "dev": two}
+
+
+def test_a_git_ref_is_resolved_on_the_host_recorded_and_read_back_as_its_commit(tmp_path, tagged):
+    assert ls_remote(tagged["url"], "v1") == tagged["v1"]        # the annotated tag peeled to its commit
+    assert ls_remote(tagged["url"], "dev") == tagged["dev"]
+    with pytest.raises(Exception, match="has no tag or branch 'v9'"):
+        ls_remote(tagged["url"], "v9")
+
+    def at_ref(ref):
+        return lambda d: d["projects"]["smoke-train"]["params"].update(source={"repo": tagged["url"], "ref": ref})
+    f = _site(tmp_path, at_ref("v1"))
+    res = run_cli("check", "stack=cpu-smoke", "-f", f)
+    assert res.code == 3 and "IB098" in res.out and "fix: imgbuild lock (records the commit of each git ref)" in res.out
+    assert run_cli("lock", "--check", "-f", f).code == 1
+    intents = Intents(accept=True, resolve=ls_remote)
+    spec = load_spec(f, intents=intents)
+    path, failures = write_lock(spec, [], None, say=lambda line: None, intents=intents)
+    assert not failures and [(s.ref, s.commit) for s in load_lock(f).sources] == [("v1", tagged["v1"])]
+    assert run_cli("lock", "--check", "-f", f).code == 0
+    assert "IB098" not in run_cli("check", "stack=cpu-smoke", "-f", f).out
+    # Same key, same image: the ref locked to a commit keys as that commit written out.
+    by_ref = {n.name: n.key for n in make_plan(load_spec(f), ["cpu-smoke"], DIGEST).nodes.values()}
+    g = _site(tmp_path / "c", lambda d: d["projects"]["smoke-train"]["params"].update(
+        source={"repo": tagged["url"], "commit": tagged["v1"]}), lock=None)
+    by_commit = {n.name: n.key for n in make_plan(load_spec(g), ["cpu-smoke"], DIGEST).nodes.values()}
+    assert by_ref == by_commit
+    # Without any lock file the ref is refused at load, with both ways out.
+    (tmp_path / "stacks.lock.yaml").unlink()
+    res = run_cli("check", "-f", f)
+    assert res.code == 2 and "ref 'v1' floats" in res.err and "imgbuild lock" in res.err and "rev-parse" in res.err
+
+
+@pytest.mark.parametrize("source, reason", [
+    ({"repo": "https://example.com/m.git", "ref": "-upload-pack=x"}, "is not a tag or branch name"),
+    ({"repo": "https://example.com/m.git", "ref": "a..b"}, "is not a tag or branch name"),
+    ({"repo": "https://example.com/m.git", "ref": "v1", "commit": "a" * 40}, "not both"),
+    ({"repo": "https://example.com/m.git"}, "missing 'commit'"),
+])
+def test_a_bad_ref_is_refused_with_its_key(tmp_path, source, reason):
+    f = _site(tmp_path, lambda d: d["projects"]["smoke-train"]["params"].update(source=source))
+    res = run_cli("check", "-f", f)
+    assert res.code == 2 and reason in res.err and "projects.smoke-train.params.source" in res.err, res.output
+
+
+def test_several_projects_in_a_stack_are_layers_in_the_order_given(tmp_path):
+    def two(d):
+        d["projects"]["smoke-two"] = {"kind": "project", "params": {**d["projects"]["smoke-train"]["params"],
+                                                                    "path": "/opt/two"}}
+        d["stacks"]["cpu-smoke"]["project"] = ["smoke-train", "smoke-two"]
+    spec = load_spec(_site(tmp_path, two, lock=None))
+    assert [layer.name for layer in spec.stack("cpu-smoke").chain][-2:] == ["smoke-train", "smoke-two"]
+    res = run_cli("check", "-f", _site(tmp_path / "e", lambda d: d["stacks"]["cpu-smoke"].update(project=[]), lock=None))
+    assert res.code == 2 and "stacks.cpu-smoke.project" in res.err and "non-empty list" in res.err, res.output
+
+
+def test_patches_requirements_files_and_uv_sync_render_and_key(tmp_path):
+    (tmp_path / "fix.patch").write_text("--- a/x\n+++ b/x\n")
+    url = {"url": "https://raw.example/o/r/" + "1" * 40 + "/docker/patches/deepep.patch", "sha256": "f" * 64}
+
+    def params(d):
+        d["projects"]["smoke-train"]["params"].update(patches=["fix.patch", url], requirements_files=["requirements/ci.txt"],
+                                                      install="uv-sync", uv_extras=["mlm"], uv_no_install=["torch"])
+    f = _site(tmp_path, params, lock=None)
+    spec = load_spec(f)
+    stack = spec.stack("cpu-smoke")
+    layer = spec.layers["smoke-train"]
+    assert [i[1] for i in layer_intents(layer)] == ["requirements/ci.txt"]   # a requirements file is intent
+    from builder.plan.render import render_layer
+    text = render_layer(spec, stack, layer)
+    assert "COPY inputs/" in text and "COPY downloads/" + "f" * 64 + " /opt/imgbuild/patches/smoke-train/02.patch" in text
+    assert " && git apply --verbose /opt/imgbuild/patches/smoke-train/01.patch \\\n && git apply --verbose " \
+           "/opt/imgbuild/patches/smoke-train/02.patch \\\n" in text
+    assert "python -m pip install --progress-bar off -r requirements/ci.txt" in text
+    assert "uv sync --locked --link-mode copy --no-cache --extra mlm --no-install-package torch" in text
+    assert "uv venv /opt/venv --system-site-packages" in text and "ENV VIRTUAL_ENV=/opt/venv" in text
+    # Without a lock file the requirements file's layer is not built (its lines are pip's to read: intent).
+    res = run_cli("render", "stack=cpu-smoke", "-f", f)
+    assert res.code == 2 and "IB098" in res.err, res.output
+    # The patch's bytes are in the key: another patch, another key.
+    before = {n.name: n.key for n in make_plan(spec, ["cpu-smoke"], DIGEST, intent=True).nodes.values()}
+    (tmp_path / "fix.patch").write_text("--- a/x\n+++ b/y\n")
+    after = {n.name: n.key for n in make_plan(load_spec(f), ["cpu-smoke"], DIGEST, intent=True).nodes.values()}
+    assert before["smoke-train"] != after["smoke-train"] and before["cpu-env"] == after["cpu-env"]
+
+
+@pytest.mark.parametrize("patch, reason", [
+    ({"url": "http://example.com/x.patch", "sha256": "f" * 64}, "is not a download URL"),
+    ({"url": "https://example.com/x.patch", "sha256": "f" * 10}, "is not a sha256"),
+    ({"url": "https://example.com/x.patch"}, "exactly url and sha256"),
+    ("../x.patch", "is not a relative path"),
+])
+def test_a_bad_patch_is_refused_with_its_key(tmp_path, patch, reason):
+    f = _site(tmp_path, lambda d: d["projects"]["smoke-train"]["params"].update(patches=[patch]), lock=None)
+    res = run_cli("check", "-f", f)
+    assert res.code == 2 and reason in res.err and "projects.smoke-train.params.patches[0]" in res.err, res.output
+
+
+def test_the_in_image_check_of_a_range_holds_the_range():
+    from builder.ship.checks import _requirements
+    facts = {"dists": {"hjson": "3.1.0", "tqdm": "4.70.1"}}
+    assert _requirements({"installed": ["hjson<4,>=3", "tqdm"]}, facts)[0] == "passed"
+    status, why = _requirements({"installed": ["hjson<3.1,>=3"]}, facts)
+    assert status == "failed" and "outside the range stacks.yaml states" in why
