@@ -73,18 +73,21 @@ def test_without_a_lock_file_every_floating_value_is_refused_as_before(tmp_path,
 
 
 def test_beside_a_lock_file_intent_is_reported_and_never_built_from(tmp_path):
-    f = _site(tmp_path, _ranged)
+    def floating(d):
+        _ranged(d)
+        d["layers"]["cpu-torch-2.13"]["params"]["tools"] = ["setuptools>=80,<81", "wheel"]   # a name with dots
+    f = _site(tmp_path, floating)
     res = run_cli("check", "stack=cpu-smoke", "-f", f)
     assert res.code == 3, res.output
-    # One finding for the layer, every floating value named, the command that fixes it; lint's own words for
+    # One finding per layer, every floating value named, the command that fixes it; lint's own words for
     # a floating pin (IB101, IB103) are not said a second time.
-    assert res.out.count("error IB098 [cpu-smoke]") == 1 and "IB103" not in res.out and "IB101" not in res.out
+    assert res.out.count("error IB098 [cpu-smoke]") == 2 and "IB103" not in res.out and "IB101" not in res.out
     assert "'hjson<4,>=3' (a range (<4,>=3))" in res.out and "'tqdm' (no version)" in res.out
     assert "fix: imgbuild lock python=extra" in res.out
     for verb in (["render", "stack=cpu-smoke"], ["plan", "stack=cpu-smoke", "--offline"]):
         res = run_cli(*verb, "-f", f)
-        assert res.code == 2 and "spec error[IB098]" in res.err and "layers.extra.params.packages" in res.err, res.output
-        assert "nothing is built from intent" in res.err and "imgbuild lock python=extra" in res.err
+        assert res.code == 2 and "spec error[IB098]" in res.err and "layers.cpu-torch-2.13.params.tools" in res.err, res.output
+        assert "nothing is built from intent" in res.err and "imgbuild lock python=cpu-torch-2.13" in res.err
     res = run_cli("lock", "--check", "-f", f)
     assert res.code == 1 and "python.extra: missing: 'hjson<4,>=3' floats" in res.out, res.output
 
@@ -279,3 +282,21 @@ def test_the_in_image_check_of_a_range_holds_the_range():
     assert _requirements({"installed": ["hjson<4,>=3", "tqdm"]}, facts)[0] == "passed"
     status, why = _requirements({"installed": ["hjson<3.1,>=3"]}, facts)
     assert status == "failed" and "outside the range stacks.yaml states" in why
+
+
+@pytest.mark.parametrize("extra", [{}, {"requirements": "reqs.txt"}])
+def test_a_pip_layer_with_a_torch_swap_renders_each_instruction_on_its_own_line(tmp_path, extra):
+    """The requirements file's line once swallowed the newline before the torch pin: the pin's RUN was
+    glued to the install (`... hjson==3.1.0RUN mkdir -p /etc/imgbuild`), and only lint noticed."""
+    (tmp_path / "reqs.txt").write_text("hjson==3.1.0\n")
+
+    def swap(d):
+        d["layers"]["swap"] = {"kind": "pip", "params": {"packages": ["hjson==3.1.0"], **extra,
+                                                          "replace_torch": "a test of the rendering of a swap"}}
+        d["stacks"]["cpu-smoke"]["layers"].append("swap")
+    f = _site(tmp_path, swap, lock=None)
+    spec = load_spec(f)
+    from builder.plan.render import render_layer
+    text = render_layer(spec, spec.stack("cpu-smoke"), spec.layers["swap"])
+    assert not [line for line in text.splitlines() if "RUN " in line and not line.startswith("RUN ")], text
+    assert text.count("\nRUN ") >= 2, text

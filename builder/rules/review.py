@@ -81,7 +81,7 @@ def review(spec: Spec, stacks: list[str], strict: bool = False, require_locked: 
     intent = unresolved(spec, plan, stacks)
     # A layer of unresolved intent is rendered from its intent (nothing is built from it): what lint says of
     # its floating pins is what IB098 already says.
-    said = {dotted(f.key.split(".")[:2]) for f in intent}
+    said = {dotted((node.layer.section, node.layer.name)) for _, node, _ in floating_nodes(plan, stacks)}
     rendered = [f for f in lint_rendered(spec, plan, lock) if not (f.rule in FLOATING_LINT and f.key in said)]
     found = (preflight(spec, stacks, lock) + lint_spec(spec, stacks, lock) + rendered + replaced(spec, stacks, lock)
              + intent)
@@ -142,26 +142,34 @@ def replaced(spec: Spec, stacks: list[str], lock: Lock | None) -> list[Finding]:
 FLOATING_LINT = ("IB101", "IB103")   # lint's floating git ref and unpinned pip install
 
 
-def unresolved(spec: Spec, plan, stacks: list[str]) -> list[Finding]:
-    """IB098: a layer whose requirements float (a range, a bare name, a git tag or branch, a wheel URL
-    without its hash, a requirements file) and that the lock file has no current set for: an error, since
-    nothing is built from intent (builder.load.intent). One finding per layer, naming each floating value."""
+def floating_nodes(plan, stacks: list[str]) -> list[tuple[str, object, list]]:
+    """(stack, node, its floating values) for each layer, once, whose intent the lock does not resolve: a
+    git ref without a commit, or floating requirements without a current set."""
     out, seen = [], set()
     for name in stacks:
         for node in plan.chain(name):
             floating = unresolved_refs(node.layer) or ([] if node.locked else layer_intents(node.layer))
-            if not floating or node.name in seen:
-                continue
-            seen.add(node.name)
-            key = (node.layer.section, node.layer.name, "params", floating[0][0])
-            values = "; ".join(f"{what!r} ({why})" for _, what, why in floating[:6])
-            out.append(Finding(rule="IB098", severity="error", file=spec.file,
-                               line=spec.doc.line(key) if spec.doc else None, key=dotted(key), stack=name,
-                               message=f"layer {node.name} states intent that the lock file does not resolve yet: "
-                                       f"{values}" + (f" and {len(floating) - 6} more" if len(floating) > 6 else ""),
-                               fix=(f"imgbuild lock python={node.name} (records the exact versions and hashes)"
-                                    if not unresolved_refs(node.layer) else
-                                    "imgbuild lock (records the commit of each git ref)") + ", and commit the lock file"))
+            if floating and node.name not in seen:
+                seen.add(node.name)
+                out.append((name, node, floating))
+    return out
+
+
+def unresolved(spec: Spec, plan, stacks: list[str]) -> list[Finding]:
+    """IB098: a layer whose requirements float (a range, a bare name, a git tag or branch, a wheel URL
+    without its hash, a requirements file) and that the lock file has no current set for: an error, since
+    nothing is built from intent (builder.load.intent). One finding per layer, naming each floating value."""
+    out = []
+    for name, node, floating in floating_nodes(plan, stacks):
+        key = (node.layer.section, node.layer.name, "params", floating[0][0])
+        values = "; ".join(f"{what!r} ({why})" for _, what, why in floating[:6])
+        out.append(Finding(rule="IB098", severity="error", file=spec.file,
+                           line=spec.doc.line(key) if spec.doc else None, key=dotted(key), stack=name,
+                           message=f"layer {node.name} states intent that the lock file does not resolve yet: "
+                                   f"{values}" + (f" and {len(floating) - 6} more" if len(floating) > 6 else ""),
+                           fix=(f"imgbuild lock python={node.name} (records the exact versions and hashes)"
+                                if not unresolved_refs(node.layer) else
+                                "imgbuild lock (records the commit of each git ref)") + ", and commit the lock file"))
     return out
 
 
