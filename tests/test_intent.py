@@ -300,3 +300,41 @@ def test_a_pip_layer_with_a_torch_swap_renders_each_instruction_on_its_own_line(
     text = render_layer(spec, spec.stack("cpu-smoke"), spec.layers["swap"])
     assert not [line for line in text.splitlines() if "RUN " in line and not line.startswith("RUN ")], text
     assert text.count("\nRUN ") >= 2, text
+
+
+def test_layers_above_the_project_venvs_removals_ports_and_upgrades(tmp_path):
+    def recipe(d):
+        d["layers"]["venv"] = {"kind": "system-setup", "params": {
+            "venvs": [{"path": "/opt/venv", "system_site_packages": True, "activate": True}, {"path": "/opt/jet"}],
+            "remove": {"paths": ["/usr/lib/python3/dist-packages/cv2"], "reason": "the recipe removes OpenCV's copy"},
+            "expose": [8000, 22]}}
+        d["layers"]["adapter"] = {"kind": "pip", "params": {"packages": ["hjson==3.1.0"], "flags": ["upgrade"]}}
+        d["stacks"]["cpu-smoke"]["layers"].append("venv")
+        d["stacks"]["cpu-smoke"]["above"] = ["adapter"]
+        d["projects"]["smoke-train"]["params"].update(no_build_isolation=True)
+    spec = load_spec(_site(tmp_path, recipe, lock=None))
+    stack = spec.stack("cpu-smoke")
+    assert [layer.name for layer in stack.chain][-2:] == ["smoke-train", "adapter"]
+    from builder.plan.render import render_layer
+    text = render_layer(spec, stack, spec.layers["venv"])
+    assert "RUN rm -rf -- /usr/lib/python3/dist-packages/cv2\n" in text
+    assert "RUN python3 -m venv --system-site-packages /opt/venv\n" in text and "RUN python3 -m venv /opt/jet\n" in text
+    assert "ENV VIRTUAL_ENV=/opt/venv \\\n    PATH=\"/opt/venv/bin" in text and "EXPOSE 22 8000\n" in text
+    assert "pip install --progress-bar off --upgrade hjson==3.1.0" in render_layer(spec, stack, spec.layers["adapter"])
+    assert "pip install --progress-bar off --no-build-isolation --no-deps /opt/project" in \
+        render_layer(spec, stack, spec.layers["smoke-train"])
+
+
+@pytest.mark.parametrize("params, reason", [
+    ({"venvs": [{"path": "/a", "activate": True}, {"path": "/b", "activate": True}]}, "more than one virtual environment"),
+    ({"venvs": [{"path": "opt/venv"}]}, "is not an absolute path"),
+    ({"remove": {"paths": ["/usr"], "reason": "because the recipe does"}}, "is a system folder"),
+    ({"remove": {"paths": ["/opt/x"]}}, "expected a mapping with paths"),
+    ({"expose": [0]}, "a port is a number"),
+])
+def test_bad_system_setup_values_are_refused(tmp_path, params, reason):
+    def recipe(d):
+        d["layers"]["venv"] = {"kind": "system-setup", "params": params}
+        d["stacks"]["cpu-smoke"]["layers"].append("venv")
+    res = run_cli("check", "-f", _site(tmp_path, recipe, lock=None))
+    assert res.code == 2 and reason in res.err and "layers.venv.params" in res.err, res.output

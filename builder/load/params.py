@@ -26,7 +26,7 @@ from builder.redact import has_credentials, redact
 
 TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt",
          "env", "index", "file", "files", "uninstall", "users", "links", "argv", "options", "names", "relpath", "gpus", "reason",
-         "downloads", "patches")
+         "downloads", "patches", "venvs", "removal", "ports")
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")  # \Z: "$" would accept a trailing newline
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -166,6 +166,20 @@ class Uninstall:
     """Packages the parent ships that this layer removes, and why: the reason is shown wherever the
     layer is (plan --explain, diff), so removing what the base was blessed with is never silent."""
     packages: tuple
+    reason: str
+
+
+@dataclass(frozen=True)
+class Venv:
+    path: str
+    system_site_packages: bool = False
+    activate: bool = False
+
+
+@dataclass(frozen=True)
+class Removal:
+    """Paths the parent ships that a layer removes, and why (shown wherever the layer is explained)."""
+    paths: tuple
     reason: str
 
 
@@ -674,6 +688,48 @@ def _patches(spec: ParamSpec, value: Any) -> tuple:
     return tuple(out)
 
 
+def _venvs(spec: ParamSpec, value: Any) -> tuple:
+    """Virtual environments: [{path, system_site_packages, activate}]; at most one activated."""
+    if not isinstance(value, list):
+        raise ParamError(f"expected a list of {{path, system_site_packages, activate}}, got {type_name(value)}")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or "path" not in item or set(item) - {"path", "system_site_packages", "activate"}:
+            raise ParamError("expected a mapping with path and optional system_site_packages, activate", (i,))
+        path = _wrap(_path, (i, "path"), spec, item["path"])
+        flags = [_wrap(_bool, (i, k), spec, item.get(k, False)) for k in ("system_site_packages", "activate")]
+        out.append(Venv(path, *flags))
+    if len({v.path for v in out}) != len(out):
+        raise ParamError("a virtual environment is listed twice")
+    if sum(v.activate for v in out) > 1:
+        raise ParamError("more than one virtual environment is activated; one can be first on PATH")
+    return tuple(out)
+
+
+def _removal(spec: ParamSpec, value: Any) -> Removal:
+    if not isinstance(value, dict) or set(value) != {"paths", "reason"}:
+        raise ParamError("expected a mapping with paths (absolute) and reason (why the parent's files go)")
+    paths = value["paths"]
+    if not isinstance(paths, list) or not paths:
+        raise ParamError("expected a non-empty list of absolute paths", ("paths",))
+    out = tuple(_wrap(_path, ("paths", i), spec, p) for i, p in enumerate(paths))
+    for i, p in enumerate(out):
+        if p.rstrip("/") in ("", "/usr", "/etc", "/bin", "/lib", "/opt", "/home", "/root", "/var", "/usr/local"):
+            raise ParamError(f"{p!r} is a system folder; name what goes inside it", ("paths", i))
+    return Removal(out, _wrap(_reason, ("reason",), spec, value["reason"]))
+
+
+def _ports(spec: ParamSpec, value: Any) -> tuple:
+    if not isinstance(value, list):
+        raise ParamError(f"expected a list of port numbers, got {type_name(value)}")
+    out = []
+    for i, port in enumerate(value):
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ParamError("a port is a number from 1 to 65535", (i,))
+        out.append(port)
+    return tuple(sorted(set(out)))
+
+
 def _uninstall(spec: ParamSpec, value: Any) -> Uninstall:
     if not isinstance(value, dict) or set(value) != {"packages", "reason"}:
         raise ParamError("expected a mapping with packages (names) and reason (why the base's copy goes)")
@@ -789,7 +845,7 @@ _CONVERTERS: dict[str, Callable[[ParamSpec, Any], Any]] = {
     "str": _str, "int": _int, "bool": _bool, "version": _version, "enum": _enum, "list": _list,
     "map": _map, "git": _git, "requirements": _requirements, "wheel": _wheel, "path": _path, "apt": _apt,
     "env": _env, "index": _index, "file": _file, "files": _files, "uninstall": _uninstall, "users": _users,
-    "downloads": _downloads, "patches": _patches,
+    "downloads": _downloads, "patches": _patches, "venvs": _venvs, "removal": _removal, "ports": _ports,
     "links": _links, "argv": _argv, "options": _options, "names": _names, "relpath": _relpath, "gpus": _gpus, "reason": _reason,
 }
 assert set(_CONVERTERS) == set(TYPES)

@@ -44,8 +44,8 @@ TOP_KEYS = {"version", "site", "bases", "layers", "projects", "runtimes", "stack
 SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "ci"}
 BASE_KEYS = {"image", "digest", "family", "provides", "source", "description"}
 LAYER_KEYS = {"kind", "params", "description"}
-STACK_KEYS = {"extends", "description", "base", "layers", "project", "runtime", "gpus", "tags", "driver_floor",
-              "waivers"}
+STACK_KEYS = {"extends", "description", "base", "layers", "project", "runtime", "above", "gpus", "tags",
+              "driver_floor", "waivers"}
 WAIVER_KEYS = {"rule", "reason"}
 RULE_ID = re.compile(r"^IB[0-9]{3}\Z")
 KEY_SHOWN = re.compile(r"^[A-Za-z0-9_.+-]{1,64}\Z")   # an unknown key quoted in a message only if it looks like this
@@ -599,6 +599,13 @@ class _Loader:
                 refs.extend((path + (key, i), v, section) for i, v in enumerate(value))
             elif value is not None:
                 refs.append((path + (key,), value, section))
+        # Layers above the projects: steps a recipe takes after installing its project (a package into the
+        # project's virtual environment, an adapter that needs the project). They rebuild with every pin of
+        # the project, which is why they are named apart.
+        above = raw.get("above", [])
+        if not isinstance(above, list):
+            raise self.err(path + ("above",), f"expected a list of layer names, got {type_name(above)}")
+        refs.extend((path + ("above", i), n, "layers") for i, n in enumerate(above))
         found = [self.attempt(self.ref, where, value, section, layers) for where, value, section in refs]
         if not all(read for read, _ in found):
             raise Skipped
