@@ -24,7 +24,7 @@ from builder.plan.keys import image_ref, make_plan
 from builder.load.spec import load_spec
 from conftest import DOCKER, REPO, STACKS, run_cli
 
-EXAMPLE = REPO / "examples" / "real" / "openrlhf-vllm010" / "stacks.yaml"   # two stacks, a file input
+EXAMPLE = REPO / "tests" / "data" / "bake-example" / "stacks.yaml"   # openrlhf-vllm010 before intent: two stacks, a file input
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 

@@ -1,5 +1,5 @@
 """`imgbuild ci gitlab|github` (issue 12): the pipeline written from the plan, checked against the plan
-for the shipped stacks.yaml and examples/real/megatron-ci-lts (every stack): one job per distinct layer
+for the shipped stacks.yaml and tests/data/ci-example.yaml (megatron-ci-lts as pinned before intent; every stack): one job per distinct layer
 image, needs equal to the DAG's parent edges, release jobs that need exactly their stack's jobs, GPU
 jobs only where a layer has GPU checks and the site declares GPU runners, names each system accepts,
 commands that split back into the intended words. No Docker and no registry: `--offline` (keys of bases
@@ -20,7 +20,7 @@ from builder.plan.keys import make_plan
 from builder.load.spec import load_spec
 from conftest import REPO, write_stacks
 
-EXAMPLE = REPO / "examples" / "real" / "megatron-ci-lts" / "stacks.yaml"
+EXAMPLE = REPO / "tests" / "data" / "ci-example.yaml"   # examples/real/megatron-ci-lts before intent (pinned)
 # A mixed site: A100 runners by model, Hopper and Blackwell runners by generation.
 GPU_CI = {"runner_tags": ["docker"],
           "gpu_runner_tags": {"A100": ["gpu", "a100"], "hopper": ["gpu", "h100"], "blackwell": ["gpu", "b200"]},

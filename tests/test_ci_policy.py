@@ -27,7 +27,7 @@ import yaml
 from builder.load.ciconf import CiSettings, release_refusal
 from conftest import REPO, write_stacks
 
-EXAMPLE = REPO / "examples" / "real" / "megatron-ci-lts" / "stacks.yaml"
+EXAMPLE = REPO / "tests" / "data" / "ci-example.yaml"   # examples/real/megatron-ci-lts before intent (pinned)
 MIXED = {"runner_tags": ["docker"], "gpu_runner_tags": {"A100": ["gpu", "a100"], "H100": ["gpu", "h100"]},
          "github_runs_on": ["self-hosted", "linux"],
          "github_gpu_runs_on": {"A100": ["self-hosted", "a100"], "H100": ["self-hosted", "h100"]}}
