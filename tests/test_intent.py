@@ -338,3 +338,38 @@ def test_bad_system_setup_values_are_refused(tmp_path, params, reason):
         d["stacks"]["cpu-smoke"]["layers"].append("venv")
     res = run_cli("check", "-f", _site(tmp_path, recipe, lock=None))
     assert res.code == 2 and reason in res.err and "layers.venv.params" in res.err, res.output
+
+
+@pytest.mark.parametrize("where, params, reason", [
+    ("layers.site", {"build_env": {"PIP_INDEX_URL": "https://mirror.example/simple"}}, "PIP_INDEX_URL decides where packages come from"),
+    ("layers.site", {"build_env": {"PIP_TRUSTED_HOST": "mirror.example"}}, "PIP_TRUSTED_HOST decides"),
+    ("layers.site", {"build_env": {"UV_INSECURE_HOST": "mirror.example"}}, "UV_INSECURE_HOST decides"),
+    ("layers.site", {"build_env": {"https_proxy": "http://proxy.example:3128"}}, "https_proxy would send every later download"),
+    ("layers.files", {"env": {"PIP_INDEX_URL": "https://mirror.example/simple"}}, "PIP_INDEX_URL decides"),
+    ("layers.files", {"env": {"SSL_CERT_FILE": "/opt/my-ca.pem"}}, "SSL_CERT_FILE decides"),
+    ("layers.files", {"files": [{"src": "f.txt", "dest": "/etc/apt/sources.list"}]}, "'/etc/apt/sources.list' decides"),
+    ("layers.files", {"files": [{"src": "f.txt", "dest": "/root/.config/pip/pip.conf"}]}, "pip.conf' decides"),
+    ("layers.files", {"symlinks": {"/etc/pip.conf": "/opt/pip.conf"}}, "'/etc/pip.conf' decides"),
+    ("layers.files", {"downloads": [{"url": "https://h.example/k.gpg", "sha256": "a" * 64,
+                                     "dest": "/etc/apt/trusted.gpg.d/k.gpg"}]}, "trusted.gpg.d/k.gpg' decides"),
+])
+def test_a_layer_cannot_move_the_package_source_or_switch_off_tls(tmp_path, where, params, reason):
+    """FINDINGS F13: build_env, an image ENV, a copied file, a link or a download could set the index, trust a host
+    without TLS, or replace apt's sources, and check said ok. Each is refused, with the way the site does it."""
+    (tmp_path / "f.txt").write_text("deb http://mirror.example/debian bookworm main\n")
+    kind = "pip" if where == "layers.site" else "system-setup"
+    base = {"packages": ["hjson==3.1.0"]} if kind == "pip" else {}
+
+    def layer(d):
+        d["layers"][where.split(".")[1]] = {"kind": kind, "params": {**base, **params}}
+        d["stacks"]["cpu-smoke"]["layers"].append(where.split(".")[1])
+    res = run_cli("check", "-f", _site(tmp_path, layer, lock=None))
+    assert res.code == 2 and reason in res.err and where + ".params" in res.err, res.output
+    assert "IMGBUILD_PIP_INDEX_URL" in res.err or "only empty it" in res.err or "proxies" in res.err
+
+
+def test_emptying_a_proxy_and_pip_user_are_allowed(tmp_path):
+    def layer(d):
+        d["layers"]["files"] = {"kind": "system-setup", "params": {"env": {"http_proxy": "", "PIP_ROOT_USER_ACTION": "ignore"}}}
+        d["stacks"]["cpu-smoke"]["layers"].append("files")
+    assert run_cli("check", "-f", _site(tmp_path, layer, lock=None)).code == 0

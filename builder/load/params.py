@@ -79,6 +79,45 @@ DIST = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\Z")   # a distri
 VERSION_RANGE = re.compile(r"^\s*[<>!~^=]|[*,]|\.[xX](?:\.|\Z)")
 # A Debian package name followed by a comparison, or by =VERSION with a wildcard: apt-get installs one version.
 APT_RANGE = re.compile(r"^([a-z0-9][a-z0-9+.-]+)(?::[a-z0-9-]+)?\s*(?:[<>!~(]|==|=[^=]*\*)")
+# Variables that decide where packages come from and whether TLS is verified. A layer never sets them (a
+# build step's environment or the image's): the site's index, CA and credentials reach builds as BuildKit
+# secrets, a layer's own index is its index_url / extra_index_urls (https, checked here), and an image ENV
+# of these would steer every later layer's pip away from the site's index. Proxies may only be emptied.
+TRUST_VARS = re.compile(r"^(?:PIP_(?:INDEX_URL|EXTRA_INDEX_URL|INDEX|TRUSTED_HOST|CERT|CLIENT_CERT|CONFIG_FILE|FIND_LINKS|"
+                        r"NO_INDEX|ISOLATED_MODE)|UV_(?:INDEX_URL|EXTRA_INDEX_URL|DEFAULT_INDEX|INDEX|INSECURE_HOST|"
+                        r"NATIVE_TLS|FIND_LINKS|CONFIG_FILE|NO_CONFIG|KEYRING_PROVIDER)|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|"
+                        r"SSL_CERT_FILE|SSL_CERT_DIR|GIT_SSL_NO_VERIFY|GIT_SSL_CAINFO|GIT_SSL_CAPATH|GIT_CONFIG_GLOBAL|"
+                        r"GIT_CONFIG_SYSTEM|PYTHONHTTPSVERIFY|NETRC|CONDA_SSL_VERIFY)\Z")
+# Files that decide the same for apt, pip, uv, git and TLS: package sources and their keys, index
+# configuration, credentials, the certificate store.
+TRUST_FILES = re.compile(r"^(?:/etc/apt/(?:sources\.list(?:\.d/.*)?|trusted\.gpg(?:\.d/.*)?|keyrings/.*|apt\.conf(?:\.d/.*)?|"
+                         r"auth\.conf(?:\.d/.*)?|preferences(?:\.d/.*)?)|/usr/share/keyrings/.*|/etc/pip\.conf|"
+                         r"/etc/xdg/pip/pip\.conf|(?:/root|/home/[^/]+)/(?:\.pip/.*|\.config/pip/.*|\.config/uv/.*|\.netrc|"
+                         r"\.gitconfig|\.pypirc)|/etc/uv/.*|/etc/gitconfig|/etc/ssl/.*|/usr/local/share/ca-certificates/.*|"
+                         r"/etc/ca-certificates.*|/opt/venv/pip\.conf|.*/pip\.conf)\Z")
+PROXY_VARS = re.compile(r"^(?:https?_proxy|HTTPS?_PROXY|all_proxy|ALL_PROXY|ftp_proxy|FTP_PROXY)\Z")
+TRUST_HINT = ("the site's index, CA bundle and netrc reach every build as BuildKit secrets ($IMGBUILD_PIP_INDEX_URL, "
+              "$IMGBUILD_CA_BUNDLE, $IMGBUILD_NETRC); a layer's own index is its index_url or extra_index_urls")
+
+
+def trusted_env(name: str, value: str, path: tuple) -> None:
+    """Refuse a variable that would move a build's package source or switch off TLS verification."""
+    if TRUST_VARS.match(name):
+        raise ParamError(f"{name} decides where packages come from or whether TLS is verified; a layer does not "
+                         "set it", path, hint=TRUST_HINT)
+    if PROXY_VARS.match(name) and value != "":
+        raise ParamError(f"{name} would send every later download through another host; a layer may only "
+                         "empty it", path, hint="the engine's and the build's proxies are the site's (dockerd, "
+                                                "IMGBUILD_BUILD_NETWORK)")
+
+
+def trusted_file(dest: str, path: tuple) -> None:
+    """Refuse a file (a copy, a download, a link) put where apt, pip, uv, git or TLS read their trust from."""
+    if TRUST_FILES.match(dest):
+        raise ParamError(f"{dest!r} decides where packages come from or which certificates are trusted; a layer does "
+                         "not write it", path, hint=TRUST_HINT)
+
+
 EXACT_HINT = "one version, e.g. 0.19.5: an image changes only when stacks.yaml does, a range would let it float"
 # The folder that `file` parameters are relative to: the stacks file's, set by load_spec while loading.
 FILES_ROOT: ContextVar[Path | None] = ContextVar("FILES_ROOT", default=None)
@@ -336,6 +375,7 @@ def _map(spec: ParamSpec, value: Any) -> tuple:
             out[key] = text(item)
         except ParamError as exc:
             raise ParamError(exc.reason, (key,)) from None
+        trusted_env(key, out[key], (key,))
     return tuple(sorted(out.items()))
 
 
@@ -543,6 +583,7 @@ def _env(spec: ParamSpec, value: Any) -> tuple:
         if isinstance(item, bool):
             item = "1" if item else "0"
         out[key] = _wrap(text, (key,), item)
+        trusted_env(key, out[key], (key,))
     return tuple(sorted(out.items()))
 
 
@@ -623,7 +664,9 @@ def _files(spec: ParamSpec, value: Any) -> tuple:
         if not isinstance(item, dict) or not {"src", "dest"} <= set(item) or set(item) - {"src", "dest", "mode"}:
             raise ParamError("expected a mapping with src, dest and optional mode", (i,))
         src = _wrap(stack_file, (i, "src"), item["src"])
-        out.append(FileCopy(src, *_placed(spec, i, item, dests, "copy")))
+        copy = FileCopy(src, *_placed(spec, i, item, dests, "copy"))
+        trusted_file(copy.dest, (i, "dest"))
+        out.append(copy)
     return tuple(out)
 
 
@@ -661,7 +704,9 @@ def _downloads(spec: ParamSpec, value: Any) -> tuple:
         if not SHA256.match(digest):
             raise ParamError(f"{digest[:80]!r} is not a sha256 (64 lower-case hex digits)", (i, "sha256"),
                              hint="sha256sum FILE prints it")
-        out.append(Download(url, digest, *_placed(spec, i, item, dests, "download")))
+        got = Download(url, digest, *_placed(spec, i, item, dests, "download"))
+        trusted_file(got.dest, (i, "dest"))
+        out.append(got)
     return tuple(out)
 
 
@@ -789,6 +834,7 @@ def _links(spec: ParamSpec, value: Any) -> tuple:
     out = {}
     for link, target in value.items():
         link = _wrap(_path, (str(link),), spec, link)
+        trusted_file(link, (link,))
         out[link] = _wrap(_path, (link,), spec, target)
     return tuple(sorted(out.items()))
 
