@@ -3,6 +3,9 @@ ARG PARENT
 FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends -- libaio-dev \
+ && rm -rf /var/lib/apt/lists/*
 RUN mkdir -p /etc/imgbuild \
  && python -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > /etc/imgbuild/constraints.txt \
  && if [ -f /etc/pip/constraint.txt ]; then grep -iv '^torch==' /etc/pip/constraint.txt >> /etc/imgbuild/constraints.txt; fi \

@@ -10,7 +10,7 @@ RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     rm -rf /root/.cache/pip/wheels; \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
     if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
-    python -m pip install --progress-bar off stanford-stk==0.0.4
+    python -m pip install --progress-bar off 'stanford-stk>=0.0.4'
 
 LABEL io.imgbuild.layer="stk" \
       io.imgbuild.kind="pip"

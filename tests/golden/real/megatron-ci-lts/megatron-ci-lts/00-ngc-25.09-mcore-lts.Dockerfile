@@ -3,9 +3,6 @@ ARG PARENT
 FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
-RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends -- gettext python3-venv psmisc uuid-runtime \
- && rm -rf /var/lib/apt/lists/*
 RUN mkdir -p /etc/imgbuild \
  && python -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > /etc/imgbuild/constraints.txt \
  && cat /etc/imgbuild/constraints.txt

@@ -3,7 +3,7 @@ ARG PARENT
 FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
-COPY --chmod=0755 inputs/6861c8f5260649c6211a704b0500cacb0eeceef1fa3a5d3b8f3e591a914dc585 /app/docker-entrypoint.sh
+COPY --chmod=0755 downloads/9331651384ba42b1913e1662f60826314a0001b5418bfd8f8c7a2d40a70d0296 /app/docker-entrypoint.sh
 WORKDIR /app
 ENTRYPOINT ["/app/docker-entrypoint.sh"]
 

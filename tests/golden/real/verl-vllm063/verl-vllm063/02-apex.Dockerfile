@@ -25,4 +25,4 @@ RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
 LABEL io.imgbuild.layer="apex" \
       io.imgbuild.kind="apex" \
       io.imgbuild.cuda-arch-list="8.0;9.0" \
-      io.imgbuild.source.source="https://github.com/NVIDIA/apex.git@810ffae374a2b9cb4b5c5e28eaeca7d7998fca0c"
+      io.imgbuild.source.source="https://github.com/NVIDIA/apex@"

@@ -1,0 +1,21 @@
+# imgbuild layer torch-cu121 (kind pip). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# A declared torch replacement: the base's torch constraint is lifted for this step only.
+RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
+    rm -rf /root/.cache/pip/wheels; \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
+    if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
+    PIP_CONSTRAINT= python -m pip install --progress-bar off --upgrade --index-url https://download.pytorch.org/whl/cu121 torch torchvision
+RUN mkdir -p /etc/imgbuild \
+ && python -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > /etc/imgbuild/constraints.txt \
+ && cat /etc/imgbuild/constraints.txt
+ENV PIP_CONSTRAINT=/etc/imgbuild/constraints.txt
+
+LABEL io.imgbuild.layer="torch-cu121" \
+      io.imgbuild.kind="pip"

@@ -1,0 +1,31 @@
+# imgbuild layer te-bee4649 (kind cuda-source). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# Target GPUs: one arch list, spelled for each build tool (TORCH_CUDA_ARCH_LIST, TE, CMake).
+ARG TORCH_CUDA_ARCH_LIST="8.0;9.0"
+ARG NVTE_CUDA_ARCHS="80;90"
+ARG CMAKE_CUDA_ARCHITECTURES="80;90"
+
+COPY sources/source /opt/imgbuild/sources/transformer-engine
+COPY downloads/4765546983330650c078c276e96298383325eb41880f27913f8e61c977314beb /opt/imgbuild/patches/transformer-engine/01.patch
+
+RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
+    rm -rf /root/.cache/pip/wheels; \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
+    if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
+    export NVTE_CUDA_ARCHS='80;90'; \
+    export MAX_JOBS=4; \
+    export NVTE_FRAMEWORK=pytorch; \
+    cd /opt/imgbuild/sources/transformer-engine \
+ && git apply --verbose /opt/imgbuild/patches/transformer-engine/01.patch \
+ && python -m pip install -v --progress-bar off --no-deps . \
+ && rm -rf build
+
+LABEL io.imgbuild.layer="te-bee4649" \
+      io.imgbuild.kind="cuda-source" \
+      io.imgbuild.cuda-arch-list="8.0;9.0" \
+      io.imgbuild.source.source="https://github.com/NVIDIA/TransformerEngine.git@bee4649c15a79ffcb9689ca7c0c963f5febaa28a"

@@ -1,0 +1,30 @@
+# imgbuild layer deepep-hybrid-ep (kind cuda-source). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# Target GPUs: one arch list, spelled for each build tool (TORCH_CUDA_ARCH_LIST, TE, CMake).
+ARG TORCH_CUDA_ARCH_LIST="9.0;10.0;12.0"
+ARG NVTE_CUDA_ARCHS="90;100;120"
+ARG CMAKE_CUDA_ARCHITECTURES="90;100;120"
+
+COPY sources/source /opt/imgbuild/sources/deepep
+COPY downloads/3012cc2db29c25bc4fd4ef42af0733e1cae03f8e96b08a65ff9d7a68e4c69b3a /opt/imgbuild/patches/deepep/01.patch
+
+RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
+    rm -rf /root/.cache/pip/wheels; \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
+    if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
+    export TORCH_CUDA_ARCH_LIST='9.0;10.0;12.0'; \
+    export MAX_JOBS=4; \
+    cd /opt/imgbuild/sources/deepep \
+ && git apply --verbose /opt/imgbuild/patches/deepep/01.patch \
+ && python -m pip install -v --progress-bar off --no-build-isolation . \
+ && rm -rf build
+
+LABEL io.imgbuild.layer="deepep-hybrid-ep" \
+      io.imgbuild.kind="cuda-source" \
+      io.imgbuild.cuda-arch-list="9.0;10.0;12.0" \
+      io.imgbuild.source.source="https://github.com/deepseek-ai/DeepEP.git@34152ae28f80bcc3ee38d7a12cb2ad87cfd4ea72"

@@ -1,0 +1,18 @@
+# imgbuild layer nemo (kind project). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+COPY sources/source /opt/NeMo
+RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
+    rm -rf /root/.cache/pip/wheels; \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
+    if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
+    python -m pip install --progress-bar off -e '/opt/NeMo[nlp]'
+
+LABEL io.imgbuild.layer="nemo" \
+      io.imgbuild.kind="project" \
+      io.imgbuild.source.source="https://github.com/NVIDIA/NeMo.git@e033481e26e6ae32764d3e2b3f16afed00dc7218"

@@ -1,0 +1,28 @@
+# imgbuild layer causal-conv1d (kind cuda-source). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# Target GPUs: one arch list, spelled for each build tool (TORCH_CUDA_ARCH_LIST, TE, CMake).
+ARG TORCH_CUDA_ARCH_LIST="8.0;9.0"
+ARG NVTE_CUDA_ARCHS="80;90"
+ARG CMAKE_CUDA_ARCHITECTURES="80;90"
+
+COPY sources/source /opt/imgbuild/sources/causal-conv1d
+RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
+    rm -rf /root/.cache/pip/wheels; \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
+    if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
+    export TORCH_CUDA_ARCH_LIST='8.0;9.0'; \
+    export MAX_JOBS=4; \
+    export CAUSAL_CONV1D_FORCE_BUILD=TRUE; \
+    cd /opt/imgbuild/sources/causal-conv1d \
+ && python -m pip install -v --progress-bar off --no-build-isolation . \
+ && rm -rf build
+
+LABEL io.imgbuild.layer="causal-conv1d" \
+      io.imgbuild.kind="cuda-source" \
+      io.imgbuild.cuda-arch-list="8.0;9.0" \
+      io.imgbuild.source.source="https://github.com/Dao-AILab/causal-conv1d@"

@@ -1,0 +1,20 @@
+# imgbuild layer nemo (kind project). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+COPY sources/source /workspace
+RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
+    rm -rf /root/.cache/pip/wheels; \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
+    if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
+    cd /workspace \
+ && python -m pip install --progress-bar off -r tools/ctc_segmentation/requirements.txt \
+ && python -m pip install --progress-bar off --no-build-isolation '/workspace[all]'
+
+LABEL io.imgbuild.layer="nemo" \
+      io.imgbuild.kind="project" \
+      io.imgbuild.source.source="https://github.com/NVIDIA/NeMo.git@0021db277ae20cd6b17ecb4f0e630d7fa26dd836"

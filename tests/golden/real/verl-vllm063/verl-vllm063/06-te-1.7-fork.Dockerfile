@@ -1,0 +1,30 @@
+# imgbuild layer te-1.7-fork (kind cuda-source). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# Target GPUs: one arch list, spelled for each build tool (TORCH_CUDA_ARCH_LIST, TE, CMake).
+ARG TORCH_CUDA_ARCH_LIST="8.0;9.0"
+ARG NVTE_CUDA_ARCHS="80;90"
+ARG CMAKE_CUDA_ARCHITECTURES="80;90"
+
+COPY sources/source /opt/imgbuild/sources/transformer-engine
+RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
+    rm -rf /root/.cache/pip/wheels; \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
+    if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
+    export NVTE_CUDA_ARCHS='80;90'; \
+    export MAX_JOBS=1; \
+    export NINJA_FLAGS=-j1; \
+    export NVTE_FRAMEWORK=pytorch; \
+    export TE_BUILD_WITH_NINJA=0; \
+    cd /opt/imgbuild/sources/transformer-engine \
+ && python -m pip install -v --progress-bar off . \
+ && rm -rf build
+
+LABEL io.imgbuild.layer="te-1.7-fork" \
+      io.imgbuild.kind="cuda-source" \
+      io.imgbuild.cuda-arch-list="8.0;9.0" \
+      io.imgbuild.source.source="https://github.com/eric-haibin-lin/TransformerEngine.git@"

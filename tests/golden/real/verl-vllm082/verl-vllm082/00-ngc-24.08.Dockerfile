@@ -1,0 +1,13 @@
+# imgbuild layer ngc-24.08 (kind ngc-pytorch). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+RUN mkdir -p /etc/imgbuild \
+ && python -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > /etc/imgbuild/constraints.txt \
+ && if [ -f /etc/pip/constraint.txt ]; then grep -iv '^torch==' /etc/pip/constraint.txt >> /etc/imgbuild/constraints.txt; fi \
+ && cat /etc/imgbuild/constraints.txt
+ENV PIP_CONSTRAINT=/etc/imgbuild/constraints.txt
+
+LABEL io.imgbuild.layer="ngc-24.08" \
+      io.imgbuild.kind="ngc-pytorch"

@@ -1,0 +1,21 @@
+# imgbuild layer torch-2.6.0-vllm-0.8.2 (kind pip). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# A declared torch replacement: the base's torch constraint is lifted for this step only.
+RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
+    rm -rf /root/.cache/pip/wheels; \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
+    if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
+    PIP_CONSTRAINT= python -m pip install --progress-bar off --index-url https://mirrors.tuna.tsinghua.edu.cn/pypi/web/simple accelerate codetiming datasets dill hf-transfer hydra-core liger-kernel mathruler pandas peft pre-commit py-spy 'pyarrow>=15.0.0' pybind11 pyext pylatexenc pytest qwen-vl-utils ray ruff tensordict torch==2.6.0 torchaudio==2.6.0 torchdata torchvision==0.21.0 'transformers>=4.49.0' vllm==0.8.2 wandb yapf
+RUN mkdir -p /etc/imgbuild \
+ && python -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > /etc/imgbuild/constraints.txt \
+ && cat /etc/imgbuild/constraints.txt
+ENV PIP_CONSTRAINT=/etc/imgbuild/constraints.txt
+
+LABEL io.imgbuild.layer="torch-2.6.0-vllm-0.8.2" \
+      io.imgbuild.kind="pip"

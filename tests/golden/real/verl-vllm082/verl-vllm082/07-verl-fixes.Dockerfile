@@ -1,0 +1,18 @@
+# imgbuild layer verl-fixes (kind pip). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# Removes packages the parent ships; the reason is in stacks.yaml and in `imgbuild plan --explain`.
+RUN python -m pip uninstall -y pynvml nvidia-ml-py
+RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+    --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
+    rm -rf /root/.cache/pip/wheels; \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
+    if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
+    python -m pip install --progress-bar off --index-url https://mirrors.tuna.tsinghua.edu.cn/pypi/web/simple fastapi==0.115.6 'nvidia-ml-py>=12.560.30' opencv-python-headless==4.8.0.74
+
+LABEL io.imgbuild.layer="verl-fixes" \
+      io.imgbuild.kind="pip"
