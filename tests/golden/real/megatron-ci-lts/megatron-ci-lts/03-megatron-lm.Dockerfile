@@ -2,6 +2,10 @@
 ARG PARENT
 FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# Target GPUs: one arch list, spelled for each build tool (TORCH_CUDA_ARCH_LIST, TE, CMake).
+ARG TORCH_CUDA_ARCH_LIST="8.0;9.0;10.0"
+ARG NVTE_CUDA_ARCHS="80;90;100"
+ARG CMAKE_CUDA_ARCHITECTURES="80;90;100"
 
 COPY sources/source /workspace
 RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
@@ -11,7 +15,6 @@ RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     rm -rf /root/.cache/pip/wheels; \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
     if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
-    export NVTE_CUDA_ARCHS='80;90;100'; \
     cd /workspace \
  && { if [ -n "${PIP_INDEX_URL:-}" ]; then export UV_DEFAULT_INDEX="$PIP_INDEX_URL"; fi; } \
  && uv venv /opt/venv --system-site-packages \
@@ -24,4 +27,5 @@ ENV VIRTUAL_ENV=/opt/venv \
 
 LABEL io.imgbuild.layer="megatron-lm" \
       io.imgbuild.kind="megatron" \
+      io.imgbuild.cuda-arch-list="8.0;9.0;10.0" \
       io.imgbuild.source.source="https://github.com/NVIDIA/Megatron-LM.git@0676badd513595300d9404493fd0505ca89fbc3d"
