@@ -421,6 +421,10 @@ def _locked_ref(repo: str, ref: Any) -> str:
         commit = intents.commit(repo, ref)
     except ParamError as exc:
         raise ParamError(exc.reason, ("ref",), exc.hint) from None
+    except Exception as exc:   # `imgbuild lock` asked the repository (builder.ship.sources): each ref said at its key
+        if not hasattr(exc, "message"):
+            raise
+        raise ParamError(f"ref {ref!r} cannot be resolved: {exc.message}", ("ref",), getattr(exc, "hint", None)) from None
     if commit is None and not intents.accept:
         raise ParamError(f"ref {ref!r} floats and there is no {intents.lock_file} to record its commit", ("ref",),
                          hint="imgbuild lock (records the commit the ref names now), and commit the lock file; "
