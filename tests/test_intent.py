@@ -373,3 +373,42 @@ def test_emptying_a_proxy_and_pip_user_are_allowed(tmp_path):
         d["layers"]["files"] = {"kind": "system-setup", "params": {"env": {"http_proxy": "", "PIP_ROOT_USER_ACTION": "ignore"}}}
         d["stacks"]["cpu-smoke"]["layers"].append("files")
     assert run_cli("check", "-f", _site(tmp_path, layer, lock=None)).code == 0
+
+
+def test_apt_mirror_pip_index_modes_labels_and_megatron_helpers(tmp_path):
+    def recipe(d):
+        d["layers"]["site"] = {"kind": "system-setup", "params": {
+            "apt_mirror": "https://mirrors.example.org/", "pip_index": "https://mirrors.example.org/pypi/simple",
+            "modes": [{"path": "/workspace", "mode": "0777", "recursive": True}],
+            "labels": {"nemo.library": "nemo-core"}}}
+        d["stacks"]["cpu-smoke"]["layers"].append("site")
+    spec = load_spec(_site(tmp_path, recipe, lock=None))
+    from builder.plan.render import render_layer
+    text = render_layer(spec, spec.stack("cpu-smoke"), spec.layers["site"])
+    assert "#'https://mirrors.example.org'/\\2/#g' \"$f\"" in text and "deb\\.debian\\.org" in text
+    assert "RUN python3 -m pip config --global set global.index-url https://mirrors.example.org/pypi/simple\n" in text
+    assert "RUN chmod -R 0777 /workspace\n" in text
+    assert text.rstrip().endswith('nemo.library="nemo-core"') and text.count("LABEL ") == 1
+    data = yaml.safe_load(STACKS.read_text())
+    data["projects"]["megatron-core-0.16"]["params"]["dataset_helpers"] = True
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "stacks.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    spec = load_spec(tmp_path / "m" / "stacks.yaml")
+    text = render_layer(spec, spec.stack("h100-megatron"), spec.layers["megatron-core-0.16"])
+    assert " && make -C megatron/core/datasets \\\n && python -c 'import megatron.core" in text, text
+
+
+@pytest.mark.parametrize("params, reason", [
+    ({"labels": {"io.imgbuild.key": "x"}}, "are imgbuild's"),
+    ({"labels": {"Bad Name": "x"}}, "is not a label name"),
+    ({"modes": [{"path": "/usr", "mode": "0777", "recursive": True}]}, "is a system folder"),
+    ({"modes": [{"path": "/workspace", "mode": "4755"}]}, "is not a mode imgbuild sets"),
+    ({"apt_mirror": "http://mirrors.example.org/"}, "is not an index URL"),
+    ({"pip_index": "https://user:tok@mirrors.example.org/simple"}, "credentials"),
+])
+def test_bad_mirrors_modes_and_labels_are_refused(tmp_path, params, reason):
+    def recipe(d):
+        d["layers"]["site"] = {"kind": "system-setup", "params": params}
+        d["stacks"]["cpu-smoke"]["layers"].append("site")
+    res = run_cli("check", "-f", _site(tmp_path, recipe, lock=None))
+    assert res.code == 2 and reason in res.err and "layers.site.params" in res.err, res.output

@@ -26,7 +26,7 @@ from builder.redact import has_credentials, redact
 
 TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt",
          "env", "index", "file", "files", "uninstall", "users", "links", "argv", "options", "names", "relpath", "gpus", "reason",
-         "downloads", "patches", "venvs", "removal", "ports")
+         "downloads", "patches", "venvs", "removal", "ports", "modes", "labels")
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")  # \Z: "$" would accept a trailing newline
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -213,6 +213,13 @@ class Venv:
     path: str
     system_site_packages: bool = False
     activate: bool = False
+
+
+@dataclass(frozen=True)
+class Mode:
+    path: str
+    mode: str
+    recursive: bool = False
 
 
 @dataclass(frozen=True)
@@ -768,6 +775,43 @@ def _removal(spec: ParamSpec, value: Any) -> Removal:
     return Removal(out, _wrap(_reason, ("reason",), spec, value["reason"]))
 
 
+CHMOD_MODES = MODES + ("0775", "0777", "1777")
+LABEL_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\Z")
+
+
+def _modes(spec: ParamSpec, value: Any) -> tuple:
+    """chmod of paths in the image: [{path, mode, recursive}]."""
+    if not isinstance(value, list):
+        raise ParamError(f"expected a list of {{path, mode, recursive}}, got {type_name(value)}")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or not {"path", "mode"} <= set(item) or set(item) - {"path", "mode", "recursive"}:
+            raise ParamError("expected a mapping with path, mode and optional recursive", (i,))
+        path = _wrap(_path, (i, "path"), spec, item["path"])
+        if path.rstrip("/") in ("", "/usr", "/etc", "/bin", "/lib", "/var", "/root", "/home", "/usr/local", "/opt"):
+            raise ParamError(f"{path!r} is a system folder; name the tree inside it", (i, "path"))
+        if item["mode"] not in CHMOD_MODES:
+            raise ParamError(f"{item['mode']!r} is not a mode imgbuild sets", (i, "mode"),
+                             hint="allowed: " + ", ".join(CHMOD_MODES) + " (quoted)")
+        out.append(Mode(path, item["mode"], _wrap(_bool, (i, "recursive"), spec, item.get("recursive", False))))
+    return tuple(out)
+
+
+def _labels(spec: ParamSpec, value: Any) -> tuple:
+    """OCI labels: reverse-DNS names, not imgbuild's own, plain text values; sorted pairs."""
+    if not isinstance(value, dict):
+        raise ParamError(f"expected a mapping of label names to values, got {type_name(value)}")
+    out = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not LABEL_NAME.match(key) or len(key) > 128:
+            raise ParamError(f"{redact(str(key))[:64]!r} is not a label name (lower case, digits, . and -)", (str(key),))
+        if key.startswith(("io.imgbuild.", "org.opencontainers.")):
+            raise ParamError(f"{key!r}: labels io.imgbuild.* and org.opencontainers.* are imgbuild's, set from what "
+                             "it built and measured", (key,))
+        out[key] = _wrap(text, (key,), item)
+    return tuple(sorted(out.items()))
+
+
 def _ports(spec: ParamSpec, value: Any) -> tuple:
     if not isinstance(value, list):
         raise ParamError(f"expected a list of port numbers, got {type_name(value)}")
@@ -896,6 +940,7 @@ _CONVERTERS: dict[str, Callable[[ParamSpec, Any], Any]] = {
     "map": _map, "git": _git, "requirements": _requirements, "wheel": _wheel, "path": _path, "apt": _apt,
     "env": _env, "index": _index, "file": _file, "files": _files, "uninstall": _uninstall, "users": _users,
     "downloads": _downloads, "patches": _patches, "venvs": _venvs, "removal": _removal, "ports": _ports,
+    "modes": _modes, "labels": _labels,
     "links": _links, "argv": _argv, "options": _options, "names": _names, "relpath": _relpath, "gpus": _gpus, "reason": _reason,
 }
 assert set(_CONVERTERS) == set(TYPES)
