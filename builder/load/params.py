@@ -770,11 +770,13 @@ def _removal(spec: ParamSpec, value: Any) -> Removal:
         raise ParamError("expected a non-empty list of absolute paths", ("paths",))
     out = tuple(_wrap(_path, ("paths", i), spec, p) for i, p in enumerate(paths))
     for i, p in enumerate(out):
-        if p.rstrip("/") in ("", "/usr", "/etc", "/bin", "/lib", "/opt", "/home", "/root", "/var", "/usr/local"):
+        if p.rstrip("/") in SYSTEM_FOLDERS:
             raise ParamError(f"{p!r} is a system folder; name what goes inside it", ("paths", i))
     return Removal(out, _wrap(_reason, ("reason",), spec, value["reason"]))
 
 
+# Folders a removal or a chmod never names whole: what goes inside them is named instead.
+SYSTEM_FOLDERS = ("", "/usr", "/etc", "/bin", "/lib", "/opt", "/home", "/root", "/var", "/usr/local")
 CHMOD_MODES = MODES + ("0775", "0777", "1777")
 LABEL_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\Z")
 
@@ -788,7 +790,7 @@ def _modes(spec: ParamSpec, value: Any) -> tuple:
         if not isinstance(item, dict) or not {"path", "mode"} <= set(item) or set(item) - {"path", "mode", "recursive"}:
             raise ParamError("expected a mapping with path, mode and optional recursive", (i,))
         path = _wrap(_path, (i, "path"), spec, item["path"])
-        if path.rstrip("/") in ("", "/usr", "/etc", "/bin", "/lib", "/var", "/root", "/home", "/usr/local", "/opt"):
+        if path.rstrip("/") in SYSTEM_FOLDERS:
             raise ParamError(f"{path!r} is a system folder; name the tree inside it", (i, "path"))
         if item["mode"] not in CHMOD_MODES:
             raise ParamError(f"{item['mode']!r} is not a mode imgbuild sets", (i, "mode"),
