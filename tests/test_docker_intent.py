@@ -129,3 +129,28 @@ def test_cpu_smoke_from_its_intent_is_locked_and_built_from_the_lock(work, first
     assert proc.returncode != 0, proc.stdout[-3000:]
     assert "do not match the hashes" in (proc.stdout + proc.stderr).lower(), proc.stdout[-3000:]
     assert Registry(REGISTRY).manifest_digest(f"{SMOKE_NS}/cpu-smoke", "cpu-smoke") == released
+
+
+def test_an_apt_mirror_rewrites_the_images_sources_and_fails_where_none_names_an_archive(work, index):
+    """system-setup apt_mirror on the real Debian base: the sources point at the mirror's root plus their own
+    folder (https://deb.debian.org/ + debian), read back from the image; over a mirror that is none of the
+    archives (mirror.example.org), a second one finds nothing to rewrite, and that build fails, moving no tag
+    (FINDINGS F19: the step had ended in `; true`)."""
+    env = {"IMGBUILD_PIP_INDEX_URL": index["url"], "IMGBUILD_BUILD_NETWORK": "host"}
+    f = _site(work, "apt-mirror", NS + "-apt-mirror")
+    data = yaml.safe_load(f.read_text())
+    data["layers"]["mirror"] = {"kind": "system-setup", "params": {"apt_mirror": "https://deb.debian.org/"}}
+    data["layers"]["away"] = {"kind": "system-setup", "params": {"apt_mirror": "https://mirror.example.org/"}}
+    data["layers"]["again"] = {"kind": "system-setup", "params": {"apt_mirror": "https://other.example.org/"}}
+    data["stacks"]["demo"]["layers"].append("mirror")
+    data["stacks"]["twice"] = {"base": "debian-bookworm", "layers": ["demo", "away", "again"], "tags": ["{stack}"]}
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    _ok(imgbuild(work, "build", "stack=demo", "-f", str(f), env=env))
+    node = [n for n in reports(work)[-1]["nodes"].values() if n["layer"] == "mirror"][0]
+    run = subprocess.run([DOCKER, "run", "--rm", "--network", "none", f"{REGISTRY}/{NS}-apt-mirror/layers/mirror@{node['digest']}",
+                          "sh", "-c", "cat /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null"],
+                         capture_output=True, text=True, timeout=300)
+    assert "https://deb.debian.org/debian" in run.stdout and "http://deb.debian.org" not in run.stdout, run.stdout
+    proc = imgbuild(work, "build", "stack=twice", "-f", str(f), env=env)
+    assert proc.returncode != 0 and "again" in proc.stdout and "FAILED" in proc.stdout, proc.stdout[-3000:]
+    assert Registry(REGISTRY).manifest_digest(f"{NS}-apt-mirror/twice", "twice") is None

@@ -385,7 +385,9 @@ def test_apt_mirror_pip_index_modes_labels_and_megatron_helpers(tmp_path):
     spec = load_spec(_site(tmp_path, recipe, lock=None))
     from builder.plan.render import render_layer
     text = render_layer(spec, spec.stack("cpu-smoke"), spec.layers["site"])
-    assert "#'https://mirrors.example.org'/\\2/#g' \"$f\"" in text and "deb\\.debian\\.org" in text
+    assert "#'https://mirrors.example.org'/\\2/#g' \"$f\"; fi" in text and "deb\\.debian\\.org" in text
+    assert "grep -rqsF -- https://mirrors.example.org /etc/apt/sources.list" in text
+    assert "kept).\nRUN for f in /etc/apt/sources.list " in text   # the RUN on a line of its own
     assert "RUN python3 -m pip config --global set global.index-url https://mirrors.example.org/pypi/simple\n" in text
     assert "RUN chmod -R 0777 /workspace\n" in text
     assert text.rstrip().endswith('nemo.library="nemo-core"') and text.count("LABEL ") == 1
@@ -404,6 +406,7 @@ def test_apt_mirror_pip_index_modes_labels_and_megatron_helpers(tmp_path):
     ({"modes": [{"path": "/usr", "mode": "0777", "recursive": True}]}, "is a system folder"),
     ({"modes": [{"path": "/workspace", "mode": "4755"}]}, "is not a mode imgbuild sets"),
     ({"apt_mirror": "http://mirrors.example.org/"}, "is not an index URL"),
+    ({"apt_mirror": "https://mirrors.example.org/ubuntu/"}, "ends in the distribution's folder 'ubuntu'; give the mirror's root"),
     ({"pip_index": "https://user:tok@mirrors.example.org/simple"}, "credentials"),
 ])
 def test_bad_mirrors_modes_and_labels_are_refused(tmp_path, params, reason):

@@ -26,7 +26,7 @@ from builder.redact import has_credentials, redact
 
 TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt",
          "env", "index", "file", "files", "uninstall", "users", "links", "argv", "options", "names", "relpath", "gpus", "reason",
-         "downloads", "patches", "venvs", "removal", "ports", "modes", "labels")
+         "downloads", "patches", "venvs", "removal", "ports", "modes", "labels", "mirror")
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")  # \Z: "$" would accept a trailing newline
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -616,6 +616,18 @@ def index_url(value: Any) -> str:
     return url
 
 
+def _mirror(spec: ParamSpec, value: Any) -> str:
+    """The root of an apt mirror: an index-like URL whose last folder is not a distribution's (the fragment
+    keeps each source's folder: MIRROR/ubuntu, MIRROR/debian-security)."""
+    url = index_url(value)
+    last = url.rstrip("/").rsplit("/", 1)[-1]
+    if last in ("ubuntu", "debian", "debian-security", "ubuntu-ports"):
+        root = url.rstrip("/")[: -len(last)]
+        raise ParamError(f"{redact(url)!r} ends in the distribution's folder {last!r}; give the mirror's root "
+                         f"({redact(root)}): each source keeps its own folder (ubuntu, debian, debian-security)")
+    return url
+
+
 def _index(spec: ParamSpec, value: Any) -> Any:
     """One index URL, or a list of them (extra indexes)."""
     if isinstance(value, list):
@@ -942,7 +954,7 @@ _CONVERTERS: dict[str, Callable[[ParamSpec, Any], Any]] = {
     "map": _map, "git": _git, "requirements": _requirements, "wheel": _wheel, "path": _path, "apt": _apt,
     "env": _env, "index": _index, "file": _file, "files": _files, "uninstall": _uninstall, "users": _users,
     "downloads": _downloads, "patches": _patches, "venvs": _venvs, "removal": _removal, "ports": _ports,
-    "modes": _modes, "labels": _labels,
+    "modes": _modes, "labels": _labels, "mirror": _mirror,
     "links": _links, "argv": _argv, "options": _options, "names": _names, "relpath": _relpath, "gpus": _gpus, "reason": _reason,
 }
 assert set(_CONVERTERS) == set(TYPES)

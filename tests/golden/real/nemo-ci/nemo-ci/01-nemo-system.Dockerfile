@@ -12,4 +12,5 @@ ENV HYDRA_FULL_ERROR="1" \
 WORKDIR /workspace
 
 LABEL io.imgbuild.layer="nemo-system" \
-      io.imgbuild.kind="system-setup"
+      io.imgbuild.kind="system-setup" \
+      nemo.library="nemo-core"

@@ -10,7 +10,7 @@ RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     rm -rf /root/.cache/pip/wheels; \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
     if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
-    python -m pip install --progress-bar off --no-build-isolation --extra-index-url https://pypi.nvidia.com 'apex @ git+https://github.com/NVIDIA/apex.git@810ffae374a2b9cb4b5c5e28eaeca7d7998fca0c' llama-index==0.10.43 'megatron_core @ git+https://github.com/NVIDIA/Megatron-LM.git@213c8a23fa9fe95d19eff0932a1e6e71767f0962' 'nvidia-modelopt[torch]~=0.17.0' 'onnxscript @ git+https://github.com/microsoft/onnxscript' unstructured==0.14.9
+    python -m pip install --progress-bar off --no-build-isolation --extra-index-url https://pypi.nvidia.com 'apex @ git+https://github.com/NVIDIA/apex.git@810ffae374a2b9cb4b5c5e28eaeca7d7998fca0c' ctc_segmentation==1.7.1 llama-index==0.10.43 'megatron_core @ git+https://github.com/NVIDIA/Megatron-LM.git@213c8a23fa9fe95d19eff0932a1e6e71767f0962' 'nemo_toolkit[all] @ git+https://github.com/NVIDIA/NeMo.git@0021db277ae20cd6b17ecb4f0e630d7fa26dd836' num2words 'nvidia-modelopt[torch]~=0.17.0' 'onnxscript @ git+https://github.com/microsoft/onnxscript' unstructured==0.14.9
 
 LABEL io.imgbuild.layer="nemo-requirements" \
       io.imgbuild.kind="pip"

@@ -13,6 +13,7 @@ RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
     if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
     cd /workspace/Megatron-LM \
+ && make -C megatron/core/datasets \
  && python -c 'import megatron.core, sys; print("megatron.core from", megatron.core.__file__)'
 
 LABEL io.imgbuild.layer="megatron-lm" \

@@ -11,9 +11,7 @@ RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     rm -rf /root/.cache/pip/wheels; \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
     if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
-    cd /workspace \
- && python -m pip install --progress-bar off -r tools/ctc_segmentation/requirements.txt \
- && python -m pip install --progress-bar off --no-build-isolation '/workspace[all]'
+    python -m pip install --progress-bar off --no-build-isolation '/workspace[all]'
 
 LABEL io.imgbuild.layer="nemo" \
       io.imgbuild.kind="project" \
