@@ -667,7 +667,7 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     stacks.lock.yaml beside the stacks file. stacks.yaml may state intent (a range, a tag, a branch);
     the lock holds the truth, and nothing is built from intent."""
     from builder.ship.engine import Engine
-    from builder.ship.lock import lock as run_lock, lock_stack
+    from builder.ship.lock import check_upgrade, lock as run_lock, lock_stack
     from builder.load.intent import Intents, lock_path, read_refs, read_stamps
     from packaging.utils import canonicalize_name
     json_mode("lock", as_json)
@@ -722,6 +722,7 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     if names - {canonicalize_name(m) for m in moved} and not (python or stacks):
         raise SpecError("--upgrade NAME re-resolves a distribution of the layers locked in this run: name them "
                         "(python=LAYER or stack=NAME)")
+    check_upgrade(spec, names - {canonicalize_name(m) for m in moved}, python, stacks)
     engine = Engine.detect(docker)
     path, failures = (run_lock(spec, bases, engine, say=lambda line: echo(line), layers=layers, python=python,
                                upgrade=frozenset(names), intents=intents)

@@ -415,3 +415,11 @@ def test_bad_mirrors_modes_and_labels_are_refused(tmp_path, params, reason):
         d["stacks"]["cpu-smoke"]["layers"].append("site")
     res = run_cli("check", "-f", _site(tmp_path, recipe, lock=None))
     assert res.code == 2 and reason in res.err and "layers.site.params" in res.err, res.output
+
+
+def test_an_upgrade_of_a_name_no_lock_entry_holds_is_refused_before_any_engine(tmp_path):
+    f = _locked_extra(tmp_path, [STEP])
+    res = run_cli("lock", "python=extra", "--upgrade", "numpy", "-f", f)
+    assert res.code == 2 and "--upgrade numpy: no lock entry of the layers locked here holds it" in res.err, res.output
+    res = run_cli("lock", "--upgrade", "hjson", "-f", f)
+    assert res.code == 2 and "name them (python=LAYER or stack=NAME)" in res.err, res.output

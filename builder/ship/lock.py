@@ -286,6 +286,21 @@ def _dist(d) -> dict:
     return out
 
 
+def check_upgrade(spec: Spec, names: set, python: list, stacks: list) -> None:
+    """`--upgrade NAME` names a distribution some current lock entry of the layers locked in this run holds:
+    otherwise it would re-resolve nothing, and say nothing."""
+    if not names:
+        return
+    current = load_lock(spec.file)
+    layers = set(python) | {d.name for s in stacks for d in spec.stack(s).chain}
+    held = {n for name in layers for n in (current.python[name].dists() if current and name in current.python else {})}
+    unknown = sorted(names - held)
+    if unknown:
+        raise SpecError(f"--upgrade {unknown[0]}: no lock entry of the layers locked here holds it, so nothing would move",
+                        file=spec.file, hint="the names are those of stacks.lock.yaml's python: entries; a layer name "
+                                             "re-resolves that layer's git refs")
+
+
 def lock_stack(spec: Spec, name: str, engine: Engine, say: Callable[[str], None], hostconf: HostConf | None = None,
                upgrade: frozenset = frozenset(), intents: Intents | None = None,
                log_dir: Path | None = None) -> tuple[Path | None, list[ImgbuildError]]:
