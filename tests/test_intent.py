@@ -423,3 +423,28 @@ def test_an_upgrade_of_a_name_no_lock_entry_holds_is_refused_before_any_engine(t
     assert res.code == 2 and "--upgrade numpy: no lock entry of the layers locked here holds it" in res.err, res.output
     res = run_cli("lock", "--upgrade", "hjson", "-f", f)
     assert res.code == 2 and "name them (python=LAYER or stack=NAME)" in res.err, res.output
+
+
+def test_a_layer_on_two_chains_has_an_entry_for_each(tmp_path):
+    """A project on two stacks with other layers beneath it: pip resolves it on each chain, and the lock holds
+    one entry per chain (a list under the layer's name); each stack builds from its own (the examples/cuda-pypi
+    smoke project on its DeepSpeed and Megatron stacks had one entry, and the second stack was unlocked)."""
+    def two(d):
+        d["layers"]["extra"] = {"kind": "pip", "params": {"packages": ["hjson==3.1.0"]}}
+        d["stacks"]["other"] = {**d["stacks"]["cpu-smoke"], "layers": d["stacks"]["cpu-smoke"]["layers"] + ["extra"]}
+    f = _site(tmp_path, two)
+    spec = load_spec(f)
+    entries = []
+    for stack, sha in (("cpu-smoke", "61"), ("other", "62")):
+        entries.append({"stack": stack, "parent": "p", "definition": spec.stack(stack).layer_definition("smoke-train", None),
+                        "resolved": "2026-12-03T12:00:00Z", "steps": [[{"name": "smoke-train", "version": "1.0.0",
+                                                                         "sha256": sha * 32, "url": "https://x/s.whl",
+                                                                         "requested": True}]]})
+    (tmp_path / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {}, "python": {"smoke-train": entries}}))
+    plan = make_plan(load_spec(f), ["cpu-smoke", "other"], DIGEST)
+    sets = {name: next(n for n in plan.chain(name) if n.name == "smoke-train").locked for name in ("cpu-smoke", "other")}
+    assert "61" * 32 in sets["cpu-smoke"][0] and "62" * 32 in sets["other"][0]
+    assert run_cli("lock", "--check", "-f", f).code == 0   # both entries current, each for its own chain
+    (tmp_path / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {}, "python": {"smoke-train": entries[0]}}))
+    plan = make_plan(load_spec(f), ["cpu-smoke", "other"], DIGEST)
+    assert next(n for n in plan.chain("other") if n.name == "smoke-train").locked == ()   # one entry: the other chain unlocked

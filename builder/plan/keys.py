@@ -209,10 +209,7 @@ def make_key(inputs: dict) -> str:
 def python_entry(lock, stack: Stack, layer: LayerDef):
     """The lock file's resolved pip set for a layer in this stack, where it was resolved for the layer as
     stacks.yaml defines it now (it and every layer beneath it, the base as named); else None."""
-    entry = lock.python.get(layer.name) if lock is not None else None
-    if entry is None or entry.definition != stack.layer_definition(layer.name, None):
-        return None
-    return entry
+    return lock.python_for(layer.name, stack.layer_definition(layer.name, None)) if lock is not None else None
 
 
 def refuse_intent(spec: Spec, lock, layer: LayerDef, entry) -> None:

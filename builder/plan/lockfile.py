@@ -84,8 +84,15 @@ class Lock:
     file: str
     bases: dict     # base name -> LockedBase
     layers: dict = field(default_factory=dict)   # layer name -> LockedLayer
-    python: dict = field(default_factory=dict)   # layer name -> LockedPython
+    python: dict = field(default_factory=dict)   # layer name -> LockedPython (its first entry)
+    # layer name -> every entry of it: a layer on several chains (a project on stacks with other layers beneath)
+    # has one resolved set per chain, each valid for its own definition
+    python_all: dict = field(default_factory=dict)
     sources: tuple = ()                          # LockedSource, sorted by repo and ref
+
+    def python_for(self, name: str, definition: str):
+        """The entry of layer `name` resolved for this definition of it (its chain beneath), or None."""
+        return next((e for e in self.python_all.get(name, ()) if e.definition == definition), None)
 
     def base_digest(self, base, site) -> str | None:
         """The digest the lock resolved `base` to, where its entry is for the base as named now."""
@@ -107,12 +114,14 @@ def load_lock(spec_file: str | Path) -> Lock | None:
         layers = {name: LockedLayer(image=str(rec["image"]), digest=str(rec["digest"]), probed=str(rec["probed"]),
                                     definition=str(rec["definition"]), facts=_facts(rec))
                   for name, rec in (data.get("layers") or {}).items()}
-        python = {str(name): _python(rec) for name, rec in (data.get("python") or {}).items()}
+        python_all = {str(name): tuple(_python(r) for r in (rec if isinstance(rec, list) else [rec]))
+                      for name, rec in (data.get("python") or {}).items()}
+        python = {name: entries[0] for name, entries in python_all.items() if entries}
         sources = tuple(_source(rec) for rec in data.get("sources") or [])
     except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise SpecError(f"not a lock file imgbuild wrote: {exc}", file=str(path),
                         hint="delete it and run imgbuild lock again") from None
-    return Lock(file=str(path), bases=bases, layers=layers, python=python, sources=sources)
+    return Lock(file=str(path), bases=bases, layers=layers, python=python, sources=sources, python_all=python_all)
 
 
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")
@@ -165,26 +174,29 @@ def stale_entries(spec) -> list[str]:
             out.append(f"bases.{name}: no such base in {spec.file}")
         elif not base.locked_by(entry, spec.site):
             out.append(f"bases.{name}: probed from {entry.image}@{entry.digest}, not the base stacks.yaml names now")
-    for section, entries in (("layers", lock.layers), ("python", lock.python)):
-        for name, entry in entries.items():
-            stack = getattr(entry, "stack", None)
-            stacks = [spec.stacks[stack]] if stack in spec.stacks else \
-                [s for s in spec.stacks.values() if name in [d.name for d in s.chain]][:1]
-            if not stacks or name not in [d.name for d in stacks[0].chain]:
-                out.append(f"{section}.{name}: layer {name!r} is in no stack's chain" + (f" ({stack})" if stack else ""))
-                continue
-            base_digest = None if section == "python" else lock.base_digest(stacks[0].base, spec.site)
-            now = stacks[0].layer_definition(name, base_digest)
-            if entry.definition != now:
-                out.append(f"{section}.{name}: the layer, a layer beneath it or its base changed since it was "
-                           f"{'resolved' if section == 'python' else 'measured'}; run imgbuild lock "
-                           f"{'python' if section == 'python' else 'layer'}={name}")
+    everything = [("layers", name, entry) for name, entry in lock.layers.items()] + \
+        [("python", name, entry) for name, entries in lock.python_all.items() for entry in entries]
+    for section, name, entry in everything:
+        stack = getattr(entry, "stack", None)
+        stacks = [spec.stacks[stack]] if stack in spec.stacks else \
+            [s for s in spec.stacks.values() if name in [d.name for d in s.chain]][:1]
+        if not stacks or name not in [d.name for d in stacks[0].chain]:
+            out.append(f"{section}.{name}: layer {name!r} is in no stack's chain" + (f" ({stack})" if stack else ""))
+            continue
+        base_digest = None if section == "python" else lock.base_digest(stacks[0].base, spec.site)
+        now = stacks[0].layer_definition(name, base_digest)
+        if entry.definition != now:
+            out.append(f"{section}.{name}: the layer, a layer beneath it or its base changed since it was "
+                       f"{'resolved' if section == 'python' else 'measured'}; run imgbuild lock "
+                       f"{'python' if section == 'python' else 'layer'}={name}"
+                       + (f" (or stack={stack})" if section == "python" and stack else ""))
     seen = set()
     for stack in spec.stacks.values():
         for layer in stack.chain:
             floating = [i for i in layer_intents(layer) if not i[2].startswith("a git ref the lock")]
-            if floating and layer.name not in lock.python and layer.name not in seen:
-                seen.add(layer.name)
+            definition = stack.layer_definition(layer.name, None)
+            if floating and not lock.python_for(layer.name, definition) and (layer.name, definition) not in seen:
+                seen.add((layer.name, definition))
                 out.append(f"python.{layer.name}: missing: {floating[0][1]!r} floats ({floating[0][2]}); run imgbuild "
                            f"lock python={layer.name} (or stack={stack.name})")
     return out

@@ -167,7 +167,8 @@ def unresolved(spec: Spec, plan, stacks: list[str]) -> list[Finding]:
                            line=spec.doc.line(key) if spec.doc else None, key=dotted(key), stack=name,
                            message=f"layer {node.name} states intent that the lock file does not resolve yet: "
                                    f"{values}" + (f" and {len(floating) - 6} more" if len(floating) > 6 else ""),
-                           fix=(f"imgbuild lock python={node.name} (records the exact versions and hashes)"
+                           fix=(f"imgbuild lock python={node.name} (records the exact versions and hashes; for this "
+                                f"stack's chain: stack={name})"
                                 if not unresolved_refs(node.layer) else
                                 "imgbuild lock (records the commit of each git ref)") + ", and commit the lock file"))
     return out
@@ -189,7 +190,8 @@ def unpinned(spec: Spec, plan, stacks: list[str], severity: str) -> list[Finding
                                line=spec.doc.line(key) if spec.doc else None, key=dotted(key), stack=name,
                                message=f"layer {node.name} installs with pip and its set is not locked: pip resolves "
                                        "it at build time, so a rebuild of the same key can install other versions",
-                               fix=f"imgbuild lock python={node.name}, and commit the lock file"))
+                               fix=f"imgbuild lock python={node.name} (for this stack's chain: stack={name}), and "
+                                   "commit the lock file"))
     return out
 
 

@@ -100,24 +100,27 @@ def layer_image(spec: Spec, stack, name: str, base_digest: str) -> tuple[str, st
 
 
 def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log: Path,
-                  progress: Callable[[str], None] = lambda line: None, upgrade: frozenset = frozenset()) -> dict:
+                  progress: Callable[[str], None] = lambda line: None, upgrade: frozenset = frozenset(),
+                  stack_name: str | None = None) -> dict:
     """Resolve what layer `name`'s pip commands install on the image beneath it (builder.ship.resolve),
     as a lock file entry. The image beneath must be in the registry: the base by its digest, or the layer
     beneath by its key (built first, with `imgbuild build` or `imgbuild lock stack=NAME`). upgrade:
     canonical distribution names that may move; with it, every other distribution of the current entry is
-    held at its locked version (`lock --upgrade NAME`)."""
-    stack = stack_of(spec, name)
+    held at its locked version (`lock --upgrade NAME`). stack_name: the stack whose chain it is resolved on
+    (default the first that holds it); a layer on chains that differ beneath it has an entry for each."""
+    stack = spec.stack(stack_name) if stack_name else stack_of(spec, name)
     base_digest = resolve(spec, [stack.name]).require()[stack.base.name]
     current = load_lock(spec.file)
     plan = make_plan(spec, [stack.name], {stack.base.name: base_digest}, lock=current, intent=True)
     node = next(n for n in plan.chain(stack.name) if n.name == name)
-    entry = current.python.get(name) if current is not None else None
+    entry = current.python_for(name, stack.layer_definition(name, None)) if current is not None else None
     keep = None
     if upgrade and entry is not None:
         keep = sorted(f"{d.name}=={d.version}" for key, d in entry.dists().items()
                       if key not in upgrade and d.sha256 is not None and not d.direct)
     if node.locked:   # resolve the layer's intent (its requirements as stacks.yaml writes them), not its lock
-        unlocked = replace(current, python={k: v for k, v in current.python.items() if k != name})
+        unlocked = replace(current, python={k: v for k, v in current.python.items() if k != name},
+                           python_all={k: v for k, v in current.python_all.items() if k != name})
         node = next(n for n in make_plan(spec, [stack.name], {stack.base.name: base_digest}, lock=unlocked,
                                          intent=True).chain(stack.name) if n.name == name)
     if node.parent is None:
@@ -188,19 +191,21 @@ def sources_section(intents: Intents, old: dict) -> list[dict]:
 def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None],
          layers: list[str] = (), python: list[str] = (), hostconf: HostConf | None = None,
          log_dir: Path | None = None, upgrade: frozenset = frozenset(),
-         intents: Intents | None = None) -> tuple[Path, list[ImgbuildError]]:
+         intents: Intents | None = None, python_stack: str | None = None) -> tuple[Path, list[ImgbuildError]]:
     """Resolve and probe each named base, and each named layer's image in the registry, resolve what each
     layer of `python` installs with pip, then write the lock file (atomically; entries of others kept). A
     layer's base is locked with it: the layer's entry stands for that base digest. upgrade: distribution
     names that may move in a re-resolution (the rest held). intents: how stacks.yaml was read (the git refs
     it names, and those resolved while reading it), for the `sources:` section. Returns the path and the
-    failures (a failed entry keeps its old one)."""
+    failures (a failed entry keeps its old one). python_stack: the stack whose chain the python layers are
+    resolved on (default each one's first stack)."""
     old = load_lock(spec.file)
     entries = {name: asdict(rec) for name, rec in (old.bases if old else {}).items()}
     layer_entries = {name: asdict(rec) for name, rec in (old.layers if old else {}).items()}
-    python_entries = {name: _plain_python(rec) for name, rec in (old.python if old else {}).items()}
+    python_entries = {name: [_plain_python(rec) for rec in recs] for name, recs in (old.python_all if old else {}).items()}
     failures: list[ImgbuildError] = []
-    users = {name: stack_of(spec, name) for name in [*layers, *python]}
+    users = {**{name: stack_of(spec, name) for name in [*layers, *python]},
+             **({name: spec.stack(python_stack) for name in python} if python_stack else {})}
     bases = list(dict.fromkeys([*bases, *(users[name].base.name for name in [*layers, *python])]))
     for name in bases:
         base = spec.bases[name]
@@ -238,12 +243,16 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
         log = (log_dir or Path(tempfile.gettempdir())) / f"resolve-{name}.log"
         say(f"{name}: resolving its pip commands on the image beneath it (log {log})")
         try:
-            entry = resolve_entry(spec, name, engine, hostconf or HostConf.from_env(), log, upgrade=upgrade)
+            entry = resolve_entry(spec, name, engine, hostconf or HostConf.from_env(), log, upgrade=upgrade,
+                                  stack_name=users[name].name)
         except ImgbuildError as exc:
             failures.append(exc)
             say(f"{name}: not locked: {exc.message}")
             continue
-        python_entries[name] = entry
+        # One entry per definition of the layer: this one replaces the entry of the same definition (or of the
+        # same stack, whose chain changed); the entries of its other chains stay.
+        python_entries[name] = [e for e in python_entries.get(name, [])
+                                if e["definition"] != entry["definition"] and e["stack"] != entry["stack"]] + [entry]
         dists = [d for step in entry["steps"] for d in step]
         say(f"{name}: {len(dists)} distribution(s) on {entry['parent']}: "
             + ", ".join(f"{d['name']}=={d['version']}" for d in dists))
@@ -251,8 +260,9 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
     data = {"version": LOCK_VERSION, "bases": dict(sorted(entries.items()))}
     if layer_entries:
         data["layers"] = dict(sorted(layer_entries.items()))
-    if python_entries:
-        data["python"] = dict(sorted(python_entries.items()))
+    if python_entries:   # a layer with one entry is written as a mapping, as before; with several, as a list
+        data["python"] = {name: (recs[0] if len(recs) == 1 else sorted(recs, key=lambda r: r["stack"]))
+                          for name, recs in sorted(python_entries.items()) if recs}
     sources = sources_section(intents, {(r.repo, r.ref): r.commit for r in (old.sources if old else ())}) \
         if intents is not None else [asdict(r) for r in (old.sources if old else ())]
     if sources:
@@ -293,7 +303,7 @@ def check_upgrade(spec: Spec, names: set, python: list, stacks: list) -> None:
         return
     current = load_lock(spec.file)
     layers = set(python) | {d.name for s in stacks for d in spec.stack(s).chain}
-    held = {n for name in layers for n in (current.python[name].dists() if current and name in current.python else {})}
+    held = {n for name in layers for e in (current.python_all.get(name, ()) if current else ()) for n in e.dists()}
     unknown = sorted(names - held)
     if unknown:
         raise SpecError(f"--upgrade {unknown[0]}: no lock entry of the layers locked here holds it, so nothing would move",
@@ -346,7 +356,7 @@ def lock_stack(spec: Spec, name: str, engine: Engine, say: Callable[[str], None]
                 raise ValidationFailed(f"{layer.name} is not locked: the image beneath it did not build and pass "
                                        f"its checks ({report.error})", hint=f"run dir: {report.run_dir}")
         path, failures = lock(spec, [], engine, say, python=[layer.name], hostconf=hostconf, log_dir=log_dir,
-                              upgrade=upgrade, intents=intents)
+                              upgrade=upgrade, intents=intents, python_stack=name)
         if failures:
             return path, failures
     if path is None:   # nothing of the stack to resolve with pip: the sources (git refs) are still recorded
