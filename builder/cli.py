@@ -668,11 +668,11 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     the lock holds the truth, and nothing is built from intent."""
     from builder.ship.engine import Engine
     from builder.ship.lock import check_upgrade, lock as run_lock, lock_stack
-    from builder.load.intent import Intents, lock_path, read_refs, read_stamps
+    from builder.load.intent import Intents, lock_path, read_sources
     from packaging.utils import canonicalize_name
     json_mode("lock", as_json)
     lock_file = lock_path(file)
-    refs = read_refs(lock_file)
+    refs, stamps = read_sources(lock_file)
     if check:
         intents = Intents(accept=True, refs=refs, lock_file=lock_file.name)
         spec = load_spec(file, kinds=kinds or None, intents=intents)
@@ -694,7 +694,7 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
         return
     from builder.ship.sources import ls_remote
     names = {canonicalize_name(n) for n in upgrade or ()}
-    intents = Intents(accept=True, refs=refs, resolve=ls_remote, stamps=read_stamps(lock_file), lock_file=lock_file.name)
+    intents = Intents(accept=True, refs=refs, resolve=ls_remote, stamps=stamps, lock_file=lock_file.name)
     spec = load_spec(file, kinds=kinds or None, intents=intents)
     moved = {n for n in upgrade or () if n in spec.layers}   # layers whose git refs are resolved again
     if moved:

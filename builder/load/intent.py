@@ -72,7 +72,7 @@ def floating(req: Requirement) -> str | None:
     and a wheel URL with #sha256=."""
     if req.url:
         if req.url.startswith("git+"):
-            ref = _git_ref(req.url)
+            ref = (git_requirement(req.url) or {}).get("ref")
             return None if ref and SHA40.match(ref) else (f"a git ref ({ref})" if ref else "a git default branch")
         return None if SHA256_FRAGMENT.search(req.url) else "a wheel URL without #sha256="
     specs = list(req.specifier)
@@ -112,12 +112,19 @@ def layer_intents(layer) -> list[tuple[str, str, str]]:
     return out
 
 
-def _git_ref(url: str) -> str | None:
-    """The @REF of git+URL[@REF][#fragment]: what follows the last '@' after the host."""
-    body = url[len("git+"):].split("#", 1)[0]
-    scheme, _, rest = body.partition("://")
-    tail = rest.split("/", 1)[1] if "/" in rest else ""
-    return tail.rsplit("@", 1)[1] if "@" in tail else None
+def git_requirement(url: str) -> dict | None:
+    """git+URL[@REF][#subdirectory=DIR] as {url, ref, sub} (None where it is not of that shape): REF is what
+    follows the last '@' after the host (an scp-like USER@HOST:PATH keeps its user)."""
+    body, _, fragment = url[len("git+"):].partition("#")
+    if not url.startswith("git+") or (fragment and not re.fullmatch(r"subdirectory=[A-Za-z0-9._/-]+", fragment)):
+        return None
+    head, sep, path = body.partition("://")
+    if not sep:
+        head, path = "", body
+    host, _, tail = path.partition("/" if sep else ":")
+    repo, ref = (tail.rsplit("@", 1) + [None])[:2] if "@" in tail else (tail, None)
+    return {"url": f"{head}{sep}{host}{'/' if sep else ':'}{repo}", "ref": ref,
+            "sub": fragment[len("subdirectory="):] if fragment else None}
 
 
 def lock_path(spec_file: str | Path) -> Path:
@@ -126,28 +133,21 @@ def lock_path(spec_file: str | Path) -> Path:
     return spec_file.with_name(spec_file.stem + ".lock.yaml")
 
 
-def read_refs(lock_file: Path) -> dict:
-    """(repo, ref) -> commit, from the lock file's `sources:` (nothing where there is no such file or
-    section). Read leniently here: builder.plan.lockfile reads the whole file strictly."""
+def read_sources(lock_file: Path) -> tuple[dict, dict]:
+    """From the lock file's `sources:`: ((repo, ref) -> commit, (repo, ref) -> when it was recorded); nothing
+    where there is no such file or section. Read leniently here: builder.plan.lockfile reads the whole file
+    strictly (and refuses a commit that is not 40 hex digits)."""
     try:
         data = yaml.safe_load(lock_file.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError):
-        return {}
-    out = {}
+        return {}, {}
+    refs, stamps = {}, {}
     for rec in (data.get("sources") or []) if isinstance(data, dict) else []:
         if isinstance(rec, dict) and SHA40.match(str(rec.get("commit", ""))):
-            out[(str(rec.get("repo")), str(rec.get("ref")))] = str(rec["commit"])
-    return out
+            key = (str(rec.get("repo")), str(rec.get("ref")))
+            refs[key], stamps[key] = str(rec["commit"]), str(rec.get("resolved", ""))
+    return refs, stamps
 
 
-def read_stamps(lock_file: Path) -> dict:
-    """(repo, ref) -> when the lock file's `sources:` recorded its commit."""
-    try:
-        data = yaml.safe_load(lock_file.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
-    return {(str(r.get("repo")), str(r.get("ref"))): str(r.get("resolved", ""))
-            for r in (data.get("sources") or []) if isinstance(r, dict)} if isinstance(data, dict) else {}
-
-
-__all__ = ["INTENTS", "Intents", "REF", "floating", "layer_intents", "lock_path", "unresolved_refs", "read_refs", "reading"]
+__all__ = ["INTENTS", "Intents", "REF", "floating", "git_requirement", "layer_intents", "lock_path", "read_sources",
+           "reading", "unresolved_refs"]

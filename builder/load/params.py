@@ -21,7 +21,7 @@ from typing import Any, Callable
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from builder.load.intent import INTENTS, REF, floating
+from builder.load.intent import INTENTS, REF, floating, git_requirement
 from builder.redact import has_credentials, redact
 
 TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt",
@@ -517,7 +517,7 @@ def _url_requirement(raw: str, url: str, i: int, accept: bool) -> None:
     tag or branch (or none) and a wheel without its hash."""
     if WHEEL_URL.match(url) or (accept and WHEEL_URL_INTENT.match(url)):
         return
-    m = GIT_REQ.match(url) or (accept and _git_intent(url))
+    m = GIT_REQ.match(url) or (accept and git_requirement(url))
     if not m:
         raise ParamError(f"{redact(raw)!r}: a URL requirement must be git+URL@<full 40-hex commit>, or an https "
                          "wheel URL ending in #sha256=<64 hex>", (i,),
@@ -532,21 +532,6 @@ def _url_requirement(raw: str, url: str, i: int, accept: bool) -> None:
         raise ParamError(f"{raw!r}: {m['ref'][:80]!r} is not a tag or branch name", (i,))
     if ".." in (m.get("sub") or "").split("/"):
         raise ParamError(f"{raw!r}: the subdirectory may not climb out of the repository", (i,))
-
-
-def _git_intent(url: str) -> dict | None:
-    """git+URL[@REF][#subdirectory=DIR] as {url, ref, sub}; REF is what follows the last '@' after the
-    host (an scp-like USER@HOST:PATH keeps its user)."""
-    body, _, fragment = url[len("git+"):].partition("#")
-    if not url.startswith("git+") or (fragment and not re.fullmatch(r"subdirectory=[A-Za-z0-9._/-]+", fragment)):
-        return None
-    head, sep, path = body.partition("://")
-    if not sep:
-        head, path = "", body
-    host, _, tail = path.partition("/" if sep else ":")
-    repo, ref = (tail.rsplit("@", 1) + [None])[:2] if "@" in tail else (tail, None)
-    return {"url": f"{head}{sep}{host}{'/' if sep else ':'}{repo}", "ref": ref,
-            "sub": fragment[len("subdirectory="):] if fragment else None}
 
 
 def _wheel(spec: ParamSpec, value: Any) -> WheelPin:

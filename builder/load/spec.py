@@ -20,7 +20,7 @@ from builder.load import ciconf, versions
 from builder.load.ciconf import CiSettings
 from builder.errors import SpecError, SpecErrors
 from builder.load.kinds import Kind, load_kinds
-from builder.load.intent import Intents, lock_path, read_refs, reading
+from builder.load.intent import Intents, lock_path, read_sources, reading
 from builder.load.params import VERSION_RANGE, ParamError, files_root, not_exact, text, type_name, version
 from builder.load.yamlsrc import Doc, load_file
 from builder.redact import redact
@@ -740,11 +740,10 @@ def load_spec(file: str | Path, root: str | Path | None = None, kinds: Any = Non
 
     intents: how floating values are read (builder.load.intent); by default they are accepted where a lock
     file stands beside the stacks file, and git refs take the commits it records."""
-    from builder.load.kindpath import find_kinds
     file = Path(file)
     if intents is None:
         lock = lock_path(file)
-        intents = Intents(accept=lock.is_file(), refs=read_refs(lock), lock_file=lock.name)
+        intents = Intents(accept=lock.is_file(), refs=read_sources(lock)[0], lock_file=lock.name)
     with reading(intents):
         return _load(file, root, kinds)
 

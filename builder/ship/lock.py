@@ -176,12 +176,12 @@ def resolved_intents(layer, steps, beneath: dict | None = None) -> list[dict]:
     return out
 
 
-def sources_section(intents: Intents, old: dict) -> list[dict]:
-    """The lock file's `sources:`: each git ref stacks.yaml names now, with the commit recorded before (kept)
-    or resolved by this run; refs no layer names any more are dropped."""
+def sources_section(intents: Intents) -> list[dict]:
+    """The lock file's `sources:`: each git ref stacks.yaml names now, with the commit resolved by this run or
+    recorded before (kept); refs no layer names any more are dropped."""
     out = []
     for repo, ref in sorted(intents.used):
-        commit = intents.found.get((repo, ref)) or old.get((repo, ref)) or intents.refs.get((repo, ref))
+        commit = intents.found.get((repo, ref)) or intents.refs.get((repo, ref))
         if commit:
             out.append({"repo": repo, "ref": ref, "commit": commit,
                         "resolved": intents.stamps.get((repo, ref)) or stamp()})
@@ -263,8 +263,7 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
     if python_entries:   # a layer with one entry is written as a mapping, as before; with several, as a list
         data["python"] = {name: (recs[0] if len(recs) == 1 else sorted(recs, key=lambda r: r["stack"]))
                           for name, recs in sorted(python_entries.items()) if recs}
-    sources = sources_section(intents, {(r.repo, r.ref): r.commit for r in (old.sources if old else ())}) \
-        if intents is not None else [asdict(r) for r in (old.sources if old else ())]
+    sources = sources_section(intents) if intents is not None else [asdict(r) for r in (old.sources if old else ())]
     if sources:
         data["sources"] = sources
     text = ("# Written by `imgbuild lock`: what each base resolved to and what was measured inside it, and what\n"

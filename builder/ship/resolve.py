@@ -157,9 +157,8 @@ def read_report(data: bytes, where: str, before: dict | None = None, wheelhouse:
                 # pip hashes what it downloads, not a file it reads: a wheel of the wheelhouse is hashed
                 # here, from the host's folder that the build mounts.
                 digest = _hash_wheel(wheelhouse, url)
-            if "dir_info" in info or "vcs_info" in info:
-                pass
-            elif not isinstance(digest, str) or not SHA256.match(digest):
+            if ("dir_info" not in info and "vcs_info" not in info
+                    and (not isinstance(digest, str) or not SHA256.match(digest))):
                 # pip reports a hash for what it downloaded or read; an archive without one cannot be locked.
                 raise ValueError(f"{name} {version} from {url}: no sha256 in the report")
             had = (before or {}).get(canonicalize_name(name))
