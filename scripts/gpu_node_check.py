@@ -140,6 +140,26 @@ def last_error_line(text):
     return (last[:300] + (" | first compiler error: " + compiler[:300] if compiler else ""))
 
 
+ARCH_VARIANT = re.compile(r"\b(\d+\.\d+)a\b")   # '9.0a': the same pattern as imgbuild's IB040
+
+
+def deepspeed_parsable_arch_list(env: dict) -> str:
+    """A node's own TORCH_CUDA_ARCH_LIST with an arch-specific entry ('9.0a') breaks every DeepSpeed JIT build
+    (its op builder reads each entry as integers: IB040, seen on an H200 node whose environment sets one). An
+    image imgbuild builds never has one beside DeepSpeed (IB040 refuses it); here the children get the list
+    without the suffix, and the run says so. Returns that note, or '' when the list is left as it is."""
+    value = env.get("TORCH_CUDA_ARCH_LIST", "")
+    if not ARCH_VARIANT.search(value):
+        return ""
+    fixed = []
+    for entry in re.split(r"[;\s]+", ARCH_VARIANT.sub(r"\1", value).strip()):
+        if entry and entry not in fixed:
+            fixed.append(entry)
+    env["TORCH_CUDA_ARCH_LIST"] = " ".join(fixed)
+    return (f"this node's TORCH_CUDA_ARCH_LIST={value!r} has arch-specific entries that DeepSpeed's op builder "
+            f"cannot parse (IB040); the checks use {env['TORCH_CUDA_ARCH_LIST']!r}")
+
+
 class Runner:
     def __init__(self, args):
         self.args = args
@@ -151,6 +171,7 @@ class Runner:
         self.env.setdefault("MAX_JOBS", str(os.cpu_count() or 4))
         self.env.setdefault("TORCH_EXTENSIONS_DIR", str(self.work / "torch_extensions"))
         self.facts = {}
+        self.arch_note = deepspeed_parsable_arch_list(self.env)
 
     # budget ---------------------------------------------------------------------------------
     def time_left(self):
@@ -237,6 +258,9 @@ class Runner:
         else:
             self.facts["nvcc"] = None
         print(f"nvcc: {self.facts['nvcc'] or 'not found'}", flush=True)
+        if self.arch_note:
+            self.facts["arch_list_note"] = self.arch_note
+            print(f"note: {self.arch_note}", flush=True)
         if not shutil.which("ninja", path=self.env.get("PATH")):
             beside = Path(sys.executable).parent
             if (beside / "ninja").exists():

@@ -121,3 +121,21 @@ def test_the_native_gpu_script_skips_every_gpu_step_with_its_reason_here(tmp_pat
     assert {"bf16-matmul", "node-check"} <= set(by_name), sorted(by_name)
     assert all(r["status"] == "skipped" and r["reason"] for r in results), results
     assert "nccl-allreduce" not in by_name and "megatron-gpt-smoke" not in by_name   # folded into the node check
+
+
+def test_the_native_gpu_script_gives_deepspeed_an_arch_list_it_can_parse():
+    """An H200 node's own environment set TORCH_CUDA_ARCH_LIST with '9.0a', and every DeepSpeed JIT build of the
+    native run failed on it ("invalid literal for int() with base 10: '0a'"; docs/measurements/2026-12-04-*): the
+    children get the entries without the suffix, once each, and the run says what it changed; a list with no such
+    entry ('+PTX' is DeepSpeed's own spelling) is left as it is."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_node_check", REPO / "scripts" / "gpu_node_check.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    env = {"TORCH_CUDA_ARCH_LIST": "8.0;9.0a;9.0 10.0a"}
+    note = script.deepspeed_parsable_arch_list(env)
+    assert env["TORCH_CUDA_ARCH_LIST"] == "8.0 9.0 10.0"
+    assert "'8.0;9.0a;9.0 10.0a'" in note and "IB040" in note and "'8.0 9.0 10.0'" in note
+    for kept in ({"TORCH_CUDA_ARCH_LIST": "7.5 8.0 9.0+PTX"}, {}):
+        before = dict(kept)
+        assert script.deepspeed_parsable_arch_list(kept) == "" and kept == before
