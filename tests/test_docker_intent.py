@@ -142,7 +142,17 @@ def test_an_apt_mirror_rewrites_the_images_sources_and_fails_where_none_names_an
     data["layers"]["mirror"] = {"kind": "system-setup", "params": {"apt_mirror": "https://deb.debian.org/"}}
     data["layers"]["away"] = {"kind": "system-setup", "params": {"apt_mirror": "https://mirror.example.org/"}}
     data["layers"]["again"] = {"kind": "system-setup", "params": {"apt_mirror": "https://other.example.org/"}}
-    data["stacks"]["demo"]["layers"].append("mirror")
+    # The recipes' form above it: sources.list written whole (the base has none, so nothing to keep), then
+    # written again keeping the first as .bak; apt reads the lines (it names each suite it would fetch: this
+    # machine's https to the archive passes a proxy whose CA the image lacks, so nothing is installed from it;
+    # backports is a suite only this file names).
+    archive = "https://deb.debian.org/debian"
+    data["layers"]["written"] = {"kind": "system-setup", "params": {
+        "apt_mirror": {"url": archive, "suites": ["bookworm"], "components": ["main"], "backup": True}}}
+    data["layers"]["rewritten"] = {"kind": "system-setup", "params": {
+        "apt_mirror": {"url": archive, "suites": ["bookworm", "bookworm-backports"], "components": ["main"],
+                       "backup": True}}}
+    data["stacks"]["demo"]["layers"] += ["mirror", "written", "rewritten"]
     data["stacks"]["twice"] = {"base": "debian-bookworm", "layers": ["demo", "away", "again"], "tags": ["{stack}"]}
     f.write_text(yaml.safe_dump(data, sort_keys=False))
     _ok(imgbuild(work, "build", "stack=demo", "-f", str(f), env=env))
@@ -151,6 +161,13 @@ def test_an_apt_mirror_rewrites_the_images_sources_and_fails_where_none_names_an
                           "sh", "-c", "cat /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null"],
                          capture_output=True, text=True, timeout=300)
     assert "https://deb.debian.org/debian" in run.stdout and "http://deb.debian.org" not in run.stdout, run.stdout
+    node = [n for n in reports(work)[-1]["nodes"].values() if n["layer"] == "rewritten"][0]
+    run = subprocess.run([DOCKER, "run", "--rm", "--network", "none", f"{REGISTRY}/{NS}-apt-mirror/layers/rewritten@{node['digest']}",
+                          "sh", "-c", "cat /etc/apt/sources.list; echo ==; cat /etc/apt/sources.list.bak; echo ==; "
+                          "apt-get update 2>&1 | grep -q ' https://deb.debian.org/debian bookworm-backports ' && echo read"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.stdout.split("==\n") == [f"deb {archive} bookworm main\ndeb {archive} bookworm-backports main\n",
+                                        f"deb {archive} bookworm main\n", "read\n"], run.stdout + run.stderr
     proc = imgbuild(work, "build", "stack=twice", "-f", str(f), env=env)
     assert proc.returncode != 0 and "again" in proc.stdout and "FAILED" in proc.stdout, proc.stdout[-3000:]
     assert Registry(REGISTRY).manifest_digest(f"{NS}-apt-mirror/twice", "twice") is None

@@ -400,7 +400,57 @@ def test_apt_mirror_pip_index_modes_labels_and_megatron_helpers(tmp_path):
     assert " && make -C megatron/core/datasets \\\n && python -c 'import megatron.core" in text, text
 
 
+def test_sources_list_written_whole_and_pip_config_at_a_level_as_recipes_write_them(tmp_path):
+    """verl's and LLaMA-Factory's recipes keep sources.list as .bak and write four `deb` lines of their own, and
+    verl runs `pip config set` with no level (root's own file) for the index and the extra index: each is a
+    typed step that renders the recipe's commands, and another value is another Dockerfile (so another key)."""
+    sources = {"url": "https://mirrors.example.org/ubuntu/", "suites": ["jammy", "jammy-security"],
+               "components": ["main", "restricted"], "backup": True}
+    conf = {"url": "https://mirrors.example.org/pypi/simple", "extra": ["https://mirrors.example.org/pypi/simple"],
+            "level": "default"}
+
+    def rendered(name, params):
+        def recipe(d):
+            d["layers"]["site"] = {"kind": "system-setup", "params": params}
+            d["stacks"]["cpu-smoke"]["layers"].append("site")
+        spec = load_spec(_site(tmp_path / name, recipe, lock=None))
+        from builder.plan.render import render_layer
+        return render_layer(spec, spec.stack("cpu-smoke"), spec.layers["site"])
+
+    text = rendered("a", {"apt_mirror": sources, "pip_index": conf, "apt": ["zip"]})
+    assert ("RUN { [ ! -f /etc/apt/sources.list ] || cp /etc/apt/sources.list /etc/apt/sources.list.bak; } \\\n"
+            " && printf '%s\\n' 'deb https://mirrors.example.org/ubuntu/ jammy main restricted' "
+            "'deb https://mirrors.example.org/ubuntu/ jammy-security main restricted' > /etc/apt/sources.list\n") in text
+    assert ("RUN python3 -m pip config set global.index-url https://mirrors.example.org/pypi/simple \\\n"
+            " && python3 -m pip config set global.extra-index-url https://mirrors.example.org/pypi/simple\n") in text
+    assert text.index("sources.list.bak") < text.index("apt-get update")   # the mirror before the packages
+    assert "sed -i" not in text   # the file is written whole, not rewritten in place
+    plain = rendered("b", {"apt_mirror": {**sources, "backup": False}, "pip_index": {**conf, "level": "user"}})
+    assert "sources.list.bak" not in plain and "RUN printf '%s\\n' 'deb https://mirrors" in plain
+    assert "pip config --user set global.index-url" in plain
+    # The string forms render as they did (the site's root mirror rewritten in place; /etc/pip.conf).
+    old = rendered("c", {"apt_mirror": "https://mirrors.example.org/", "pip_index": conf["url"]})
+    assert "sed -i -E" in old and "RUN python3 -m pip config --global set global.index-url " in old
+
+
 @pytest.mark.parametrize("params, reason", [
+    ({"apt_mirror": {"url": "https://m.example.org/ubuntu/", "suites": [], "components": ["main"]}},
+     "expected a non-empty list of suites"),
+    ({"apt_mirror": {"url": "https://m.example.org/ubuntu/", "suites": ["jammy [trusted=yes]"], "components": ["main"]}},
+     "is not an apt suite"),
+    ({"apt_mirror": {"url": "https://m.example.org/ubuntu/", "suites": ["jammy"], "components": ["main", "main"]}},
+     "a component is listed twice"),
+    ({"apt_mirror": {"url": "http://m.example.org/ubuntu/", "suites": ["jammy"], "components": ["main"]}},
+     "is not an index URL"),
+    ({"apt_mirror": {"url": "https://m.example.org/ubuntu/", "suites": ["jammy"]}}, "a mapping with url"),
+    ({"apt_mirror": {"url": "https://m.example.org/ubuntu/", "suites": ["jammy"], "components": ["main"],
+                     "options": "trusted=yes"}}, "a mapping with url"),
+    ({"pip_index": {"url": "https://m.example.org/simple", "level": "system"}}, "is not a pip configuration level"),
+    ({"pip_index": {"url": "https://m.example.org/simple", "extra": ["http://m.example.org/simple"]}},
+     "is not an index URL"),
+    ({"pip_index": {"url": "https://m.example.org/simple", "extra": "https://m.example.org/simple"}},
+     "expected a list of index URLs"),
+    ({"pip_index": {"url": "https://m.example.org/simple", "trusted_host": "m.example.org"}}, "a mapping with url"),
     ({"labels": {"io.imgbuild.key": "x"}}, "are imgbuild's"),
     ({"labels": {"Bad Name": "x"}}, "is not a label name"),
     ({"modes": [{"path": "/usr", "mode": "0777", "recursive": True}]}, "is a system folder"),

@@ -26,7 +26,7 @@ from builder.redact import has_credentials, redact
 
 TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt",
          "env", "index", "file", "files", "uninstall", "users", "links", "argv", "options", "names", "relpath", "gpus", "reason",
-         "downloads", "patches", "venvs", "removal", "ports", "modes", "labels", "mirror")
+         "downloads", "patches", "venvs", "removal", "ports", "modes", "labels", "mirror", "pipconf")
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")  # \Z: "$" would accept a trailing newline
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -227,6 +227,30 @@ class Removal:
     """Paths the parent ships that a layer removes, and why (shown wherever the layer is explained)."""
     paths: tuple
     reason: str
+
+
+@dataclass(frozen=True)
+class AptSources:
+    """/etc/apt/sources.list written whole, the way recipes point apt at a mirror: one `deb URL SUITE
+    COMPONENTS` line per suite, the file it replaces kept as sources.list.bak where asked. No line takes
+    options, so nothing turns signature checks off: the archive must verify against the image's own keys."""
+    url: str
+    suites: tuple
+    components: tuple
+    backup: bool = False
+
+    def lines(self) -> list[str]:
+        return [f"deb {self.url} {suite} {' '.join(self.components)}" for suite in self.suites]
+
+
+@dataclass(frozen=True)
+class PipConfig:
+    """pip's configured index and extra indexes, written by `pip config` at a level: global (/etc/pip.conf),
+    user (root's ~/.config/pip/pip.conf), site (the interpreter's prefix) or default (no level given: what
+    `pip config set` itself picks, the user's file unless a site file exists)."""
+    url: str
+    extra: tuple = ()
+    level: str = "global"
 
 
 @dataclass(frozen=True)
@@ -601,7 +625,7 @@ def index_url(value: Any) -> str:
     return url
 
 
-def _mirror(spec: ParamSpec, value: Any) -> str:
+def _mirror_root(value: Any) -> str:
     """The root of an apt mirror: an index-like URL whose last folder is not a distribution's (the fragment
     keeps each source's folder: MIRROR/ubuntu, MIRROR/debian-security)."""
     url = index_url(value)
@@ -611,6 +635,54 @@ def _mirror(spec: ParamSpec, value: Any) -> str:
         raise ParamError(f"{redact(url)!r} ends in the distribution's folder {last!r}; give the mirror's root "
                          f"({redact(root)}): each source keeps its own folder (ubuntu, debian, debian-security)")
     return url
+
+
+APT_NAME = re.compile(r"^[a-z0-9][a-z0-9.+~-]*\Z")   # a suite (jammy-security) or a component (non-free-firmware)
+PIP_LEVELS = ("global", "user", "site", "default")
+
+
+def _names_of(value: Any, what: str) -> tuple:
+    if not isinstance(value, list) or not value:
+        raise ParamError(f"expected a non-empty list of {what}s, got {type_name(value)}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not APT_NAME.match(item):
+            raise ParamError(f"{str(item)[:60]!r} is not an apt {what} (lower-case letters, digits, '.', '+', "
+                             "'~' and '-')", (i,))
+    if len(set(value)) != len(value):
+        raise ParamError(f"a {what} is listed twice")
+    return tuple(value)
+
+
+def _mirror(spec: ParamSpec, value: Any) -> Any:
+    """Either the root of a mirror whose folders replace the archives' hosts in the image's own sources
+    (a string), or sources.list written whole ({url, suites, components, backup}: the archive itself)."""
+    if not isinstance(value, dict):
+        return _mirror_root(value)
+    keys = {"url", "suites", "components"}
+    if not keys <= set(value) or set(value) - keys - {"backup"}:
+        raise ParamError("expected the mirror's root (a URL), or a mapping with url (the archive, as a "
+                         "sources.list line names it), suites, components and optional backup")
+    return AptSources(_wrap(index_url, ("url",), value["url"]),
+                      _wrap(_names_of, ("suites",), value["suites"], "suite"),
+                      _wrap(_names_of, ("components",), value["components"], "component"),
+                      _wrap(_bool, ("backup",), spec, value.get("backup", False)))
+
+
+def _pipconf(spec: ParamSpec, value: Any) -> Any:
+    """The image's pip index: a URL (global.index-url in /etc/pip.conf), or {url, extra, level}."""
+    if not isinstance(value, dict):
+        return index_url(value)
+    if "url" not in value or set(value) - {"url", "extra", "level"}:
+        raise ParamError("expected an index URL, or a mapping with url and optional extra (indexes) and level "
+                         f"({', '.join(PIP_LEVELS)})")
+    extra = value.get("extra", [])
+    if not isinstance(extra, list):
+        raise ParamError(f"expected a list of index URLs, got {type_name(extra)}", ("extra",))
+    level = value.get("level", "global")
+    if level not in PIP_LEVELS:
+        raise ParamError(f"{str(level)[:40]!r} is not a pip configuration level", ("level",),
+                         hint="one of: " + ", ".join(PIP_LEVELS))
+    return PipConfig(_wrap(index_url, ("url",), value["url"]), _wrap(_index, ("extra",), spec, extra), level)
 
 
 def _index(spec: ParamSpec, value: Any) -> Any:
@@ -939,7 +1011,7 @@ _CONVERTERS: dict[str, Callable[[ParamSpec, Any], Any]] = {
     "map": _map, "git": _git, "requirements": _requirements, "wheel": _wheel, "path": _path, "apt": _apt,
     "env": _env, "index": _index, "file": _file, "files": _files, "uninstall": _uninstall, "users": _users,
     "downloads": _downloads, "patches": _patches, "venvs": _venvs, "removal": _removal, "ports": _ports,
-    "modes": _modes, "labels": _labels, "mirror": _mirror,
+    "modes": _modes, "labels": _labels, "mirror": _mirror, "pipconf": _pipconf,
     "links": _links, "argv": _argv, "options": _options, "names": _names, "relpath": _relpath, "gpus": _gpus, "reason": _reason,
 }
 assert set(_CONVERTERS) == set(TYPES)
