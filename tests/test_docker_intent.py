@@ -171,3 +171,90 @@ def test_an_apt_mirror_rewrites_the_images_sources_and_fails_where_none_names_an
     proc = imgbuild(work, "build", "stack=twice", "-f", str(f), env=env)
     assert proc.returncode != 0 and "again" in proc.stdout and "FAILED" in proc.stdout, proc.stdout[-3000:]
     assert Registry(REGISTRY).manifest_digest(f"{NS}-apt-mirror/twice", "twice") is None
+
+
+BACKEND = '''"""A PEP 517 backend of the standard library alone (the test's index has no setuptools or wheel): a wheel
+of the .py files of treedemo/ that are there, so a partial tree builds a partial package."""
+import base64, hashlib, os, zipfile
+
+INFO = "treedemo-0.1.dist-info"
+META = ("Metadata-Version: 2.1\\nName: treedemo\\nVersion: 0.1\\nRequires-Dist: imgbuild-demo-dep>=1.0\\n"
+        "Provides-Extra: all\\nRequires-Dist: imgbuild-demo-app>=1.0; extra == \\"all\\"\\n")
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    name, records = "treedemo-0.1-py3-none-any.whl", []
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as z:
+        def add(arc, data):
+            z.writestr(arc, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            records.append(f"{arc},sha256={digest},{len(data)}")
+        for f in sorted(os.listdir("treedemo")):
+            if f.endswith(".py"):
+                add("treedemo/" + f, open(os.path.join("treedemo", f), "rb").read())
+        add(INFO + "/METADATA", META.encode())
+        add(INFO + "/WHEEL", b"Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n")
+        z.writestr(INFO + "/RECORD", "\\n".join(records + [INFO + "/RECORD,,"]) + "\\n")
+    return name
+'''
+
+
+def _tree_repo(folder) -> tuple[str, str]:
+    """A git repository with a project (its own backend, an extra), a module pip must not see and a
+    requirements file: (file:// URL, commit)."""
+    folder.mkdir(parents=True)
+    (folder / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n')
+    (folder / "backend.py").write_text(BACKEND)
+    (folder / "treedemo").mkdir()
+    (folder / "treedemo" / "__init__.py").write_text("VERSION = '0.1'\n")
+    (folder / "treedemo" / "unbound.py").write_text("raise SystemExit('a file the recipe does not bind')\n")
+    (folder / "reqs").mkdir()
+    (folder / "reqs" / "extra.txt").write_text("imgbuild-demo-dep\n")
+    git = ["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(["git", "init", "-q", str(folder)], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-qm", "tree"], check=True)
+    commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    return f"file://{folder}", commit
+
+
+def test_a_bound_partial_tree_is_locked_and_installed_as_the_recipe_installs_it(work, index):
+    """pip kind `tree` (NeMo's Dockerfile.ci binds setup.py, requirements/, tools/ and two files of its package
+    and runs `pip install -r tools/.../requirements.txt ".[all]"` there): locked (the requirements file's and the
+    extra's dependencies hashed) and built with --require-locked on the real engine. The image has the project
+    as a partial tree builds it (its unbound module absent), its extra's dependencies, and none of the bound
+    files (a bind leaves no file)."""
+    env = {"IMGBUILD_PIP_INDEX_URL": index["url"], "IMGBUILD_BUILD_NETWORK": "host"}
+    repo, commit = _tree_repo(work / "tree.git")
+    f = _site(work, "tree", NS + "-tree")
+    _wheel(index["root"], "imgbuild-demo-base", "1.0")   # beneath: nothing the tree asks for
+    _publish(index["root"])
+    data = yaml.safe_load(f.read_text())
+    data["layers"]["demo"]["params"]["packages"] = ["imgbuild-demo-base==1.0"]
+    data["layers"]["partial"] = {"kind": "pip", "params": {"flags": ["no-build-isolation"], "tree": {
+        "source": {"repo": repo, "commit": commit}, "paths": ["pyproject.toml", "backend.py", "treedemo/__init__.py", "reqs"],
+        "at": "/workspace", "install": True, "extras": ["all"], "requirements_files": ["reqs/extra.txt"]}}}
+    data["stacks"]["demo"]["layers"].append("partial")
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    f.with_name("stacks.lock.yaml").write_text("version: 1\nbases: {}\n")
+    res = run_cli("check", "stack=demo", "-f", f)
+    assert res.code == 3 and "IB098" in res.output and "reqs/extra.txt" in res.output, res.output   # intent, unlocked
+
+    _ok(imgbuild(work, "lock", "stack=demo", "-f", str(f), env=env))
+    got = load_lock(f).python["partial"].dists()
+    assert {n: (d.version, d.sha256 is not None) for n, d in got.items()} == {
+        "imgbuild-demo-app": ("1.0", True), "imgbuild-demo-dep": ("1.0", True), "treedemo": ("0.1", False)}, got
+    _ok(imgbuild(work, "build", "stack=demo", "--require-locked", "-f", str(f), env=env))
+    top = [n for n in reports(work)[-1]["nodes"].values() if n["layer"] == "partial"][0]
+    ref = f"{REGISTRY}/{NS}-tree/layers/partial@{top['digest']}"
+    assert {k: v for k, v in _freeze(ref).items() if k.startswith(("imgbuild-", "treedemo"))} == {
+        "imgbuild-demo-base": "1.0", "imgbuild-demo-app": "1.0", "imgbuild-demo-dep": "1.0", "treedemo": "0.1"}
+    run = subprocess.run([DOCKER, "run", "--rm", "--network", "none", ref, "sh", "-c",
+                          "python -c 'import treedemo, os; print(sorted(os.listdir(os.path.dirname(treedemo.__file__))))';"
+                          " find /workspace -type f -not -path '*/__pycache__/*'"], capture_output=True, text=True, timeout=300)
+    listing, workspace = run.stdout.split("\n", 1)
+    assert "unbound.py" not in listing and "__init__.py" in listing, run.stdout + run.stderr
+    # No file of the tree is left (BuildKit may leave the empty folders it made to mount into, as it does for
+    # the recipe's own binds, and the backend's bytecode cache).
+    assert workspace == "", run.stdout + run.stderr

@@ -433,6 +433,64 @@ def test_sources_list_written_whole_and_pip_config_at_a_level_as_recipes_write_t
     assert "sed -i -E" in old and "RUN python3 -m pip config --global set global.index-url " in old
 
 
+NEMO = {"repo": "https://github.com/NVIDIA/NeMo.git", "commit": "0021db277ae20cd6b17ecb4f0e630d7fa26dd836"}
+NEMO_TREE = {"source": NEMO, "paths": ["requirements", "tools", "setup.py", "nemo/package_info.py", "nemo/__init__.py"],
+             "at": "/workspace", "install": True, "extras": ["all"],
+             "requirements_files": ["tools/ctc_segmentation/requirements.txt"]}
+
+
+def test_a_partial_tree_is_bound_for_its_pip_command_as_nemo_binds_it(tmp_path):
+    """NeMo's Dockerfile.ci binds five paths of its checkout and runs `pip install ... -r tools/.../requirements.txt
+    ".[all]"` there: the pip kind's `tree` renders those binds (from the exported source, read-only, nothing
+    copied into a layer) and that command; its requirements file is intent (IB098 beside a lock file, refused
+    without one), the commit is the pin, and other paths are another Dockerfile."""
+    def recipe(tree):
+        def mutate(d):
+            d["layers"]["reqs"] = {"kind": "pip", "params": {"flags": ["no-build-isolation"], "tree": tree,
+                                                             "packages": ["unstructured==0.14.9"]}}
+            d["stacks"]["cpu-smoke"]["layers"].append("reqs")
+        return mutate
+    from builder.plan.render import render_layer
+    f = _site(tmp_path / "a", recipe(NEMO_TREE))
+    res = run_cli("check", "-f", f)
+    assert res.code == 3 and "IB098" in res.output and "0021db277ae2:tools/ctc_segmentation/requirements.txt" in res.output
+    res = run_cli("render", "stack=cpu-smoke", "-f", _site(tmp_path / "b", recipe(NEMO_TREE), lock=None))
+    assert res.code == 2 and "IB098" in res.err and "tools/ctc_segmentation/requirements.txt" in res.err, res.output
+    bare = {k: v for k, v in NEMO_TREE.items() if k != "requirements_files"}
+    spec = load_spec(_site(tmp_path / "c", recipe(bare), lock=None))
+    text = render_layer(spec, spec.stack("cpu-smoke"), spec.layers["reqs"])
+    assert ("RUN --mount=type=bind,source=sources/tree/requirements,target=/workspace/requirements \\\n"
+            "    --mount=type=bind,source=sources/tree/tools,target=/workspace/tools \\\n") in text
+    assert "source=sources/tree/nemo/__init__.py,target=/workspace/nemo/__init__.py \\\n" in text
+    assert ("cd /workspace && python -m pip install --progress-bar off --no-build-isolation unstructured==0.14.9 "
+            "'.[all]'\n") in text
+    assert "COPY" not in text.split("FROM", 1)[1]   # bound, never copied
+    other = load_spec(_site(tmp_path / "d", recipe({**bare, "paths": ["setup.py", "nemo/__init__.py"]}), lock=None))
+    assert render_layer(other, other.stack("cpu-smoke"), other.layers["reqs"]) != text
+
+
+@pytest.mark.parametrize("tree, reason", [
+    ({**NEMO_TREE, "paths": []}, "expected a non-empty list of paths"),
+    ({**NEMO_TREE, "paths": ["../etc"]}, "is not a relative path"),
+    ({**NEMO_TREE, "paths": ["nemo", "nemo/__init__.py"]}, "lies inside another bound path"),
+    ({**NEMO_TREE, "at": "/usr"}, "is a system folder"),
+    ({**NEMO_TREE, "at": "workspace"}, "is not an absolute path"),
+    ({**NEMO_TREE, "requirements_files": ["requirements/requirements.txt"], "paths": ["setup.py"]},
+     "is not under a bound path"),
+    ({**NEMO_TREE, "install": False, "extras": [], "requirements_files": []}, "gives pip nothing"),
+    ({**NEMO_TREE, "install": False}, "set install: true"),
+    ({**NEMO_TREE, "source": {"repo": "https://github.com/NVIDIA/NeMo.git", "commit": "0021db2"}}, "commit"),
+    ({k: v for k, v in NEMO_TREE.items() if k != "at"}, "expected a mapping with source"),
+    ({**NEMO_TREE, "copy": True}, "expected a mapping with source"),
+])
+def test_bad_bound_trees_are_refused_with_their_key(tmp_path, tree, reason):
+    def recipe(d):
+        d["layers"]["reqs"] = {"kind": "pip", "params": {"tree": tree}}
+        d["stacks"]["cpu-smoke"]["layers"].append("reqs")
+    res = run_cli("check", "-f", _site(tmp_path, recipe, lock=None))
+    assert res.code == 2 and reason in res.err and "layers.reqs.params.tree" in res.err, res.output
+
+
 @pytest.mark.parametrize("params, reason", [
     ({"apt_mirror": {"url": "https://m.example.org/ubuntu/", "suites": [], "components": ["main"]}},
      "expected a non-empty list of suites"),

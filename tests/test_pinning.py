@@ -130,3 +130,20 @@ def test_the_build_context_holds_the_lock_files(tmp_path):
     n = node(locked_site(tmp_path, {"ds-0.19.8-cpu": [DS_STEP]}), "ds-0.19.8-cpu")
     ctx = assemble_context(n, HostConf(None, None, None, None), tmp_path / "ctx")
     assert (ctx / "imgbuild-lock" / "00.txt").read_text() == n.locked[0]
+
+
+def test_a_bound_tree_keeps_its_folder_and_extras_and_loses_its_requirements_files():
+    """pip kind `tree` (NeMo's `pip install ... -r tools/x/requirements.txt ".[all]"` of a partial checkout, run
+    in the bound folder): the lock replaces the requirements file's lines with the hashed set and installs the
+    tree itself '.[all]', --no-deps, after it (before the fix '.[all]' was neither '.' nor a recorded folder,
+    so the tree was dropped from the locked command)."""
+    text = ("RUN cd /workspace && python -m pip install --progress-bar off --no-build-isolation num2words==0.5.14 "
+            "-r tools/ctc_segmentation/requirements.txt '.[all]'\n")
+    entry = LockedPython(stack="s", parent="p", definition="d", resolved="r", steps=((
+        LockedDist("nemo-toolkit", "2.0.0rc1", None, "file:///workspace", True),
+        LockedDist("num2words", "0.5.14", "ab" * 32, "https://x/num2words.whl", True)),))
+    out, files = pinned(text, entry)
+    assert ("cd /workspace && python -m pip install --progress-bar off --no-build-isolation --no-deps --require-hashes "
+            "-r /imgbuild-lock/00.txt \\\n && python -m pip install --progress-bar off --no-build-isolation --no-deps "
+            "'.[all]'\n") in out, out
+    assert "tools/ctc_segmentation" not in out and files == ("num2words==0.5.14 --hash=sha256:" + "ab" * 32 + "\n",)

@@ -106,6 +106,10 @@ def layer_intents(layer) -> list[tuple[str, str, str]]:
                 why = floating(Requirement(raw))
                 if why:
                     out.append((name, raw, why))
+        elif getattr(value, "requirements_files", None):   # a bound tree's files (builder.load.params.BoundTree)
+            for file in value.requirements_files:
+                out.append((name, f"{value.repo}@{value.commit[:12]}:{file}",
+                            "a requirements file of the bound tree (pip reads its lines)"))
         elif name in REQUIREMENT_FILES and value:
             for item in (value if isinstance(value, tuple) else (value,)):
                 out.append((name, str(getattr(item, "path", item)), "a requirements file (pip reads its lines)"))

@@ -26,7 +26,7 @@ from builder.redact import has_credentials, redact
 
 TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt",
          "env", "index", "file", "files", "uninstall", "users", "links", "argv", "options", "names", "relpath", "gpus", "reason",
-         "downloads", "patches", "venvs", "removal", "ports", "modes", "labels", "mirror", "pipconf")
+         "downloads", "patches", "venvs", "removal", "ports", "modes", "labels", "mirror", "pipconf", "tree")
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")  # \Z: "$" would accept a trailing newline
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -140,6 +140,19 @@ class GitPin:
 
     def __str__(self) -> str:
         return f"{self.repo}@{self.commit}"
+
+
+@dataclass(frozen=True)
+class BoundTree(GitPin):
+    """Files of a git source bound into one pip step (RUN --mount=type=bind, read-only) at `at`, where that
+    step's pip runs, and never left in a layer: a recipe's `pip install ".[all]"` of a partial checkout
+    (NeMo's Dockerfile.ci binds setup.py, requirements/, tools/ and two files of its package). The commit is
+    the pin, as for any source; the paths, the place and what pip installs from them are in the Dockerfile."""
+    paths: tuple = ()
+    at: str = "/"
+    install: bool = False          # the tree itself ('.'), with extras
+    extras: tuple = ()
+    requirements_files: tuple = ()   # files of the tree, read by pip (-r), each under one of paths
 
 
 @dataclass(frozen=True)
@@ -440,6 +453,42 @@ def _git(spec: ParamSpec, value: Any) -> GitPin:
                          hint="pin the commit: git rev-parse 'TAG^{commit}'; or write ref: TAG and let "
                               "imgbuild lock record its commit")
     return GitPin(repo, commit, submodules)
+
+
+TREE_KEYS = {"source", "paths", "at", "install", "extras", "requirements_files"}
+
+
+def _tree(spec: ParamSpec, value: Any) -> BoundTree:
+    """{source: {repo, commit|ref}, paths: [RELPATH], at: /ABS, install: bool, extras: [NAME],
+    requirements_files: [RELPATH]}: what of the tree is bound where, and what pip reads from it."""
+    if not isinstance(value, dict) or not {"source", "paths", "at"} <= set(value) or set(value) - TREE_KEYS:
+        raise ParamError("expected a mapping with source (repo and commit or ref), paths (of the tree, bound for "
+                         "this step), at (where they are bound and pip runs) and optional install, extras and "
+                         "requirements_files")
+    pin = _wrap(_git, ("source",), spec, value["source"])
+    paths = value["paths"]
+    if not isinstance(paths, list) or not paths:
+        raise ParamError("expected a non-empty list of paths of the tree", ("paths",))
+    paths = _wrap(_relpath, ("paths",), spec, paths)
+    for i, a in enumerate(paths):
+        if any(b != a and a.startswith(b + "/") for b in paths):
+            raise ParamError(f"{a!r} lies inside another bound path; name it once", ("paths", i))
+    at = _wrap(_path, ("at",), spec, value["at"])
+    if at.rstrip("/") in SYSTEM_FOLDERS:
+        raise ParamError(f"{at!r} is a system folder; bind the tree in a working folder (/workspace)", ("at",))
+    files = _wrap(_relpath, ("requirements_files",), spec, value.get("requirements_files", []))
+    for i, f in enumerate(files):
+        if not any(f == b or f.startswith(b + "/") for b in paths):
+            raise ParamError(f"{f!r} is not under a bound path, so pip would not find it", ("requirements_files", i),
+                             hint="bound: " + ", ".join(paths))
+    install = _wrap(_bool, ("install",), spec, value.get("install", False))
+    extras = _wrap(_names, ("extras",), spec, value.get("extras", []))
+    if extras and not install:
+        raise ParamError("extras name what the tree installs; set install: true", ("extras",))
+    if not install and not files:
+        raise ParamError("the tree gives pip nothing: set install (the tree itself) or requirements_files")
+    return BoundTree(pin.repo, pin.commit, pin.submodules, pin.ref, paths, at.rstrip("/") or "/", install,
+                     tuple(extras), files)
 
 
 def _locked_ref(repo: str, ref: Any) -> str:
@@ -1011,7 +1060,7 @@ _CONVERTERS: dict[str, Callable[[ParamSpec, Any], Any]] = {
     "map": _map, "git": _git, "requirements": _requirements, "wheel": _wheel, "path": _path, "apt": _apt,
     "env": _env, "index": _index, "file": _file, "files": _files, "uninstall": _uninstall, "users": _users,
     "downloads": _downloads, "patches": _patches, "venvs": _venvs, "removal": _removal, "ports": _ports,
-    "modes": _modes, "labels": _labels, "mirror": _mirror, "pipconf": _pipconf,
+    "modes": _modes, "labels": _labels, "mirror": _mirror, "pipconf": _pipconf, "tree": _tree,
     "links": _links, "argv": _argv, "options": _options, "names": _names, "relpath": _relpath, "gpus": _gpus, "reason": _reason,
 }
 assert set(_CONVERTERS) == set(TYPES)

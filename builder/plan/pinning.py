@@ -103,7 +103,7 @@ def _split(args: tuple, step) -> tuple[list[str], list[str]]:
         if a.startswith("-"):
             if a != "--no-deps":
                 options.append(_quote(a))
-        elif a.rstrip("/").split("[")[0] in folders or a in (".", "./"):
+        elif a.split("[")[0].rstrip("/") in folders or a.split("[")[0] in (".", "./"):   # '.[all]' too
             found.append(_quote(a))
         i += 1
     return options, found
