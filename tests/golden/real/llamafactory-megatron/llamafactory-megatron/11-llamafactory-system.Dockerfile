@@ -3,11 +3,9 @@ ARG PARENT
 FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
-# apt's sources point at a mirror from here on (the suites and keys of the distribution kept).
-RUN for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do \
-      if [ -f "$f" ]; then sed -i -E 's#https?://(deb\.debian\.org|archive\.ubuntu\.com|security\.ubuntu\.com|ports\.ubuntu\.com)/(debian-security|debian|ubuntu-ports|ubuntu)/?#'https://mirrors.tuna.tsinghua.edu.cn'/\2/#g' "$f"; fi; \
-    done \
- && grep -rqsF -- https://mirrors.tuna.tsinghua.edu.cn /etc/apt/sources.list /etc/apt/sources.list.d/
+# apt's sources.list written whole, a line per suite; the file it replaces kept as sources.list.bak.
+RUN { [ ! -f /etc/apt/sources.list ] || cp /etc/apt/sources.list /etc/apt/sources.list.bak; } \
+ && printf '%s\n' 'deb https://mirrors.tuna.tsinghua.edu.cn/ubuntu/ jammy main restricted universe multiverse' 'deb https://mirrors.tuna.tsinghua.edu.cn/ubuntu/ jammy-security main restricted universe multiverse' 'deb https://mirrors.tuna.tsinghua.edu.cn/ubuntu/ jammy-updates main restricted universe multiverse' 'deb https://mirrors.tuna.tsinghua.edu.cn/ubuntu/ jammy-backports main restricted universe multiverse' > /etc/apt/sources.list
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends -- zip openjdk-21-jdk \
  && rm -rf /var/lib/apt/lists/*

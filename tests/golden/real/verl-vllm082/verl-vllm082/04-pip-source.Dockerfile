@@ -3,7 +3,8 @@ ARG PARENT
 FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
-RUN python3 -m pip config --global set global.index-url https://mirrors.tuna.tsinghua.edu.cn/pypi/web/simple
+RUN python3 -m pip config set global.index-url https://mirrors.tuna.tsinghua.edu.cn/pypi/web/simple \
+ && python3 -m pip config set global.extra-index-url https://mirrors.tuna.tsinghua.edu.cn/pypi/web/simple
 
 LABEL io.imgbuild.layer="pip-source" \
       io.imgbuild.kind="system-setup"
