@@ -258,3 +258,35 @@ def test_a_bound_partial_tree_is_locked_and_installed_as_the_recipe_installs_it(
     # No file of the tree is left (BuildKit may leave the empty folders it made to mount into, as it does for
     # the recipe's own binds, and the backend's bytecode cache).
     assert workspace == "", run.stdout + run.stderr
+
+
+def test_offline_a_wheelhouse_alone_is_locked_and_built_from(work, index):
+    """IMGBUILD_PIP_OFFLINE=1 with a wheelhouse and no index: `lock` resolves a range from the wheelhouse alone
+    (served on the loopback for the run, each file with its sha256), records each file by its name in the
+    wheelhouse, not by this run's port, and the build installs exactly that set from it. The demo packages are
+    on no public index, so nothing else could have served them."""
+    wheels = work / "offline-wheelhouse"
+    wheels.mkdir()
+    for whl in (index["root"] / "files").glob("*.whl"):
+        (wheels / whl.name).write_bytes(whl.read_bytes())
+    (wheels / "README.txt").write_text("not a distribution: left out of the index\n")
+    env = {"IMGBUILD_PIP_OFFLINE": "1", "IMGBUILD_WHEELHOUSE": str(wheels), "IMGBUILD_PIP_INDEX_URL": ""}
+    f = _site(work, "offline", NS + "-offline")
+    data = yaml.safe_load(f.read_text())
+    data["layers"]["demo"]["params"]["packages"] = ["imgbuild-demo-app>=1.0,<2"]
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    f.with_name("stacks.lock.yaml").write_text("version: 1\nbases: {}\n")
+    _ok(imgbuild(work, "lock", "stack=demo", "-f", str(f), env=env))
+    got = load_lock(f).python["demo"].dists()
+    import hashlib
+    assert {n: (d.version, d.url, d.sha256) for n, d in got.items()} == {
+        n: ("1.0", f"wheelhouse:{w.name}", hashlib.sha256(w.read_bytes()).hexdigest())
+        for n, w in (("imgbuild-demo-app", wheels / "imgbuild_demo_app-1.0-py3-none-any.whl"),
+                     ("imgbuild-demo-dep", wheels / "imgbuild_demo_dep-1.0-py3-none-any.whl"))}, got
+    _ok(imgbuild(work, "build", "stack=demo", "--require-locked", "-f", str(f), env=env))
+    node = [n for n in reports(work)[-1]["nodes"].values() if n["layer"] == "demo"][0]
+    frozen = _freeze(f"{REGISTRY}/{NS}-offline/layers/demo@{node['digest']}")
+    assert (frozen["imgbuild-demo-app"], frozen["imgbuild-demo-dep"]) == ("1.0", "1.0"), frozen
+    # Offline without a wheelhouse is said at once, before any engine is asked.
+    proc = imgbuild(work, "build", "stack=demo", "-f", str(f), env={**env, "IMGBUILD_WHEELHOUSE": str(work / "none")})
+    assert proc.returncode != 0 and "IMGBUILD_PIP_OFFLINE=1 needs a wheelhouse" in proc.stdout + proc.stderr, proc.stdout

@@ -213,3 +213,75 @@ def test_a_resolution_that_replaces_a_package_beneath_is_refused_with_its_chain(
     file = _locked(tmp_path / "asked", [step]) if (tmp_path / "asked").mkdir() is None else None
     res = run_cli("check", "stack=cpu-smoke", "--json", "-f", file)
     assert res.code == 0 and [f["severity"] for f in json.loads(res.out)["findings"] if f["rule"] == "IB097"] == ["warning"]
+
+
+def _wheelhouse(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "Demo_App-1.0-py3-none-any.whl").write_bytes(b"app 1.0")
+    (wheels / "demo_app-1.1-py3-none-any.whl").write_bytes(b"app 1.1")
+    (wheels / "demo-dep-2.0.tar.gz").write_bytes(b"dep sdist")
+    (wheels / "notes.txt").write_text("not a distribution")
+    return wheels
+
+
+def test_a_wheelhouse_is_served_as_an_index_with_each_files_sha256(tmp_path):
+    """IMGBUILD_PIP_OFFLINE's index: a page per project (names normalized, wheels and sdists), each link with
+    the file's sha256, the files themselves from the wheelhouse; nothing else of the folder is offered."""
+    import hashlib
+    import urllib.request
+    from builder.ship import wheelhouse
+    wheels = _wheelhouse(tmp_path)
+    with wheelhouse.serve(wheels) as url:
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/simple")
+        app = urllib.request.urlopen(url + "/demo-app/", timeout=10).read().decode()
+        sha = hashlib.sha256(b"app 1.1").hexdigest()
+        assert f'href="../../files/demo_app-1.1-py3-none-any.whl#sha256={sha}"' in app and "Demo_App-1.0" in app
+        assert "demo-dep-2.0.tar.gz#sha256=" + hashlib.sha256(b"dep sdist").hexdigest() in \
+            urllib.request.urlopen(url + "/demo-dep/", timeout=10).read().decode()
+        assert urllib.request.urlopen(url.rsplit("/", 1)[0] + "/files/demo_app-1.1-py3-none-any.whl",
+                                      timeout=10).read() == b"app 1.1"
+        assert "notes" not in urllib.request.urlopen(url + "/", timeout=10).read().decode()
+    with pytest.raises(OSError):   # gone with the block
+        urllib.request.urlopen(url + "/", timeout=5)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SpecError, match="holds no wheel or sdist"):
+        with wheelhouse.serve(tmp_path / "empty"):
+            pass
+
+
+@pytest.mark.parametrize("env, reason", [
+    ({"IMGBUILD_PIP_OFFLINE": "1"}, "needs a wheelhouse"),
+    ({"IMGBUILD_PIP_OFFLINE": "1", "WHEELS": "1", "IMGBUILD_PIP_INDEX_URL": "https://pypi.example/simple"},
+     "both set"),
+    ({"IMGBUILD_PIP_OFFLINE": "1", "WHEELS": "1", "IMGBUILD_BUILD_NETWORK": "none"}, "on the host's loopback"),
+])
+def test_offline_needs_a_wheelhouse_no_index_and_the_host_network(tmp_path, monkeypatch, env, reason):
+    from builder.ship.hostconf import HostConf
+    for name in ("IMGBUILD_PIP_INDEX_URL", "IMGBUILD_BUILD_NETWORK", "PIP_FIND_LINKS"):
+        monkeypatch.delenv(name, raising=False)
+    # (no folder: the host's pip configuration may name a find-links folder, which counts as a wheelhouse)
+    monkeypatch.setenv("IMGBUILD_WHEELHOUSE", str(_wheelhouse(tmp_path) if env.pop("WHEELS", None) else tmp_path / "none"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SpecError, match=reason):
+        HostConf.from_env()
+
+
+def test_offline_the_served_index_is_the_builds_index_secret_and_its_files_are_recorded_by_name(tmp_path, monkeypatch):
+    from builder.ship.hostconf import HostConf
+    for name in ("IMGBUILD_PIP_INDEX_URL", "IMGBUILD_BUILD_NETWORK", "PIP_FIND_LINKS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("IMGBUILD_WHEELHOUSE", str(_wheelhouse(tmp_path)))
+    monkeypatch.setenv("IMGBUILD_PIP_OFFLINE", "1")
+    conf = HostConf.from_env()
+    assert conf.offline and conf.network == "host" and conf.pip_index_url is None
+    with conf.secrets() as secrets:
+        served = Path(secrets["pip-index-url"]).read_text()
+        assert served.startswith("http://127.0.0.1:") and served.endswith("/simple")
+    report = json.loads(REPORT.read_text())
+    item = report["install"][0]
+    item["download_info"]["url"] = served.replace("/simple", "/files/") + "x-1.0-py3-none-any.whl"
+    got = read_report(json.dumps(report).encode(), "t", offline=True)
+    assert got[0].url == "wheelhouse:x-1.0-py3-none-any.whl"
+    assert read_report(json.dumps(report).encode(), "t")[0].url.startswith("http://127.0.0.1:")   # online: as given

@@ -7,12 +7,13 @@ from __future__ import annotations
 import configparser
 import os
 import tempfile
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from builder.errors import SpecError
+from builder.ship import wheelhouse
 
 NETWORKS = ("default", "host", "none")
 PIP_CONFIGS = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf", "~/.config/pip/pip.conf", "~/.pip/pip.conf")
@@ -45,6 +46,9 @@ class HostConf:
     # `docker build --network`: "host" where the engine's containers have no NAT (a second engine on
     # its own bridge, runners behind a host-only proxy). Host, not content: no key depends on it.
     network: str | None = None
+    # IMGBUILD_PIP_OFFLINE=1: the wheelhouse is the only index (builder.ship.wheelhouse serves it on the
+    # loopback for the length of a build or lock). Host, not content: the lock's hashes pin what is installed.
+    offline: bool = False
 
     @classmethod
     def from_env(cls) -> "HostConf":
@@ -57,10 +61,23 @@ class HostConf:
         if network not in (None, *NETWORKS):
             raise SpecError(f"IMGBUILD_BUILD_NETWORK={network!r}: not a build network",
                             hint=f"use one of {', '.join(NETWORKS)} (docker build --network), or unset it")
-        return cls(ca_bundle=Path(ca) if ca and Path(ca).is_file() else None,
-                   wheelhouse=Path(wheels) if wheels and Path(wheels).is_dir() else None,
+        wheelhouse = Path(wheels) if wheels and Path(wheels).is_dir() else None
+        index = os.environ.get("IMGBUILD_PIP_INDEX_URL") or None
+        offline = os.environ.get("IMGBUILD_PIP_OFFLINE", "") not in ("", "0")
+        if offline:
+            if wheelhouse is None:
+                raise SpecError("IMGBUILD_PIP_OFFLINE=1 needs a wheelhouse: every pip step installs from it alone",
+                                hint="set IMGBUILD_WHEELHOUSE to the folder of wheels (pip download -d FOLDER)")
+            if index:
+                raise SpecError("IMGBUILD_PIP_OFFLINE=1 and IMGBUILD_PIP_INDEX_URL both set: offline, the wheelhouse "
+                                "is the only index", hint="unset one of them")
+            if network not in (None, "host"):
+                raise SpecError(f"IMGBUILD_PIP_OFFLINE=1 with IMGBUILD_BUILD_NETWORK={network}: the builds reach the "
+                                "wheelhouse on the host's loopback", hint="unset IMGBUILD_BUILD_NETWORK (host is used)")
+            network = "host"
+        return cls(ca_bundle=Path(ca) if ca and Path(ca).is_file() else None, wheelhouse=wheelhouse,
                    netrc=Path(netrc) if netrc and Path(netrc).is_file() else None,
-                   pip_index_url=os.environ.get("IMGBUILD_PIP_INDEX_URL") or None, network=network)
+                   pip_index_url=index, network=network, offline=offline)
 
     @contextmanager
     def secrets(self) -> Iterator[dict]:
@@ -72,13 +89,15 @@ class HostConf:
         if self.netrc:
             out["netrc"] = str(self.netrc)
         tmp = None
-        try:
-            if self.pip_index_url:
-                fd, tmp = tempfile.mkstemp(prefix="imgbuild-secret-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-                with os.fdopen(fd, "w") as f:
-                    f.write(self.pip_index_url)
-                out["pip-index-url"] = tmp
-            yield out
-        finally:
-            if tmp:
-                os.unlink(tmp)
+        with ExitStack() as stack:
+            index = stack.enter_context(wheelhouse.serve(self.wheelhouse)) if self.offline else self.pip_index_url
+            try:
+                if index:
+                    fd, tmp = tempfile.mkstemp(prefix="imgbuild-secret-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+                    with os.fdopen(fd, "w") as f:
+                        f.write(index)
+                    out["pip-index-url"] = tmp
+                yield out
+            finally:
+                if tmp:
+                    os.unlink(tmp)

@@ -39,6 +39,7 @@ from builder.errors import EngineError, SpecError
 from builder.plan.pinning import PIP, WHEELHOUSE, command_end, mount_lock
 from builder.ship.engine import BuildRequest, Engine
 from builder.ship.hostconf import HostConf
+from builder.ship.wheelhouse import sha256_of
 
 REPORT = "/tmp/imgbuild-resolve-{:02d}.json"
 BEFORE = "/tmp/imgbuild-resolve-before.json"   # pip list of the image beneath, before the layer's pip
@@ -46,6 +47,7 @@ FRESH = "IMGBUILD_RESOLVE_RUN"                  # a build argument unique to eac
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")
 USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")   # removed, not masked: a lock URL is one to fetch
+SERVED = re.compile(r"^http://127\.0\.0\.1:[0-9]{1,5}/files/")   # builder.ship.wheelhouse's links
 MAX_REPORT_BYTES = 8 << 20
 
 
@@ -121,10 +123,12 @@ def _chains(report: dict) -> dict[str, list[str]]:
     return out
 
 
-def read_report(data: bytes, where: str, before: dict | None = None, wheelhouse: Path | None = None) -> list[Resolved]:
+def read_report(data: bytes, where: str, before: dict | None = None, wheelhouse: Path | None = None,
+                offline: bool = False) -> list[Resolved]:
     """pip's installation report (format 1) as what it installs; anything else is refused with the reason.
     before: what the image beneath holds, for what the set would replace. wheelhouse: the host folder the
-    build mounts at /wheelhouse, whose wheels pip reports without a hash."""
+    build mounts at /wheelhouse, whose wheels pip reports without a hash. offline: the index was the
+    wheelhouse served on the loopback (builder.ship.wheelhouse), whose port is this run's alone."""
     if len(data) > MAX_REPORT_BYTES:
         raise EngineError(f"{where}: pip's report is {len(data)} bytes; at most {MAX_REPORT_BYTES} are read")
     try:
@@ -141,6 +145,8 @@ def read_report(data: bytes, where: str, before: dict | None = None, wheelhouse:
             # A private index's links may carry its credentials (https://user:token@host/...): the lock
             # file is committed, so a URL's user part never reaches it.
             url = USERINFO.sub(r"\1", str(info["url"]))
+            if offline:   # recorded as the file of the wheelhouse it is, not as this run's port
+                url = SERVED.sub("wheelhouse:", url)
             hashes = (info.get("archive_info") or {}).get("hashes") or {}
             digest = hashes.get("sha256")
             if "dir_info" in info:
@@ -199,7 +205,8 @@ def resolve_layer(engine: Engine, dockerfile: str, context: Path, parent_ref: st
             if not path.is_file():
                 raise EngineError(f"pip wrote no report for the layer's pip command {n + 1} of {count}",
                                   hint=f"full log: {log}")
-            steps.append(read_report(path.read_bytes(), f"pip command {n + 1} of {count}", before, hostconf.wheelhouse))
+            steps.append(read_report(path.read_bytes(), f"pip command {n + 1} of {count}", before, hostconf.wheelhouse,
+                                     hostconf.offline))
         beneath.update(before)
         return steps
     finally:
@@ -208,17 +215,12 @@ def resolve_layer(engine: Engine, dockerfile: str, context: Path, parent_ref: st
 
 def _hash_wheel(wheelhouse: Path, url: str) -> str | None:
     """sha256 of file:///wheelhouse/NAME in the host's wheelhouse (None where it is not a plain file there)."""
-    import hashlib
     from urllib.parse import unquote
     name = unquote(url[len(WHEELHOUSE):])
     path = wheelhouse / name
     if "/" in name or not path.is_file() or path.is_symlink():
         return None
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return sha256_of(path)
 
 
 def stamp() -> str:
