@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from builder.errors import SpecError
-from builder.ship import wheelhouse
+from builder.ship.wheelhouse import serve as serve_wheelhouse
 
 NETWORKS = ("default", "host", "none")
 PIP_CONFIGS = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf", "~/.config/pip/pip.conf", "~/.pip/pip.conf")
@@ -61,11 +61,11 @@ class HostConf:
         if network not in (None, *NETWORKS):
             raise SpecError(f"IMGBUILD_BUILD_NETWORK={network!r}: not a build network",
                             hint=f"use one of {', '.join(NETWORKS)} (docker build --network), or unset it")
-        wheelhouse = Path(wheels) if wheels and Path(wheels).is_dir() else None
+        folder = Path(wheels) if wheels and Path(wheels).is_dir() else None
         index = os.environ.get("IMGBUILD_PIP_INDEX_URL") or None
         offline = os.environ.get("IMGBUILD_PIP_OFFLINE", "") not in ("", "0")
         if offline:
-            if wheelhouse is None:
+            if folder is None:
                 raise SpecError("IMGBUILD_PIP_OFFLINE=1 needs a wheelhouse: every pip step installs from it alone",
                                 hint="set IMGBUILD_WHEELHOUSE to the folder of wheels (pip download -d FOLDER)")
             if index:
@@ -75,7 +75,7 @@ class HostConf:
                 raise SpecError(f"IMGBUILD_PIP_OFFLINE=1 with IMGBUILD_BUILD_NETWORK={network}: the builds reach the "
                                 "wheelhouse on the host's loopback", hint="unset IMGBUILD_BUILD_NETWORK (host is used)")
             network = "host"
-        return cls(ca_bundle=Path(ca) if ca and Path(ca).is_file() else None, wheelhouse=wheelhouse,
+        return cls(ca_bundle=Path(ca) if ca and Path(ca).is_file() else None, wheelhouse=folder,
                    netrc=Path(netrc) if netrc and Path(netrc).is_file() else None,
                    pip_index_url=index, network=network, offline=offline)
 
@@ -90,7 +90,7 @@ class HostConf:
             out["netrc"] = str(self.netrc)
         tmp = None
         with ExitStack() as stack:
-            index = stack.enter_context(wheelhouse.serve(self.wheelhouse)) if self.offline else self.pip_index_url
+            index = stack.enter_context(serve_wheelhouse(self.wheelhouse)) if self.offline else self.pip_index_url
             try:
                 if index:
                     fd, tmp = tempfile.mkstemp(prefix="imgbuild-secret-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
