@@ -147,3 +147,33 @@ def test_a_bound_tree_keeps_its_folder_and_extras_and_loses_its_requirements_fil
             "-r /imgbuild-lock/00.txt \\\n && python -m pip install --progress-bar off --no-build-isolation --no-deps "
             "'.[all]'\n") in out, out
     assert "tools/ctc_segmentation" not in out and files == ("num2words==0.5.14 --hash=sha256:" + "ab" * 32 + "\n",)
+
+
+def _dir(path):
+    path.mkdir()
+    return path
+
+
+def _with_mamba(build_env=None):
+    def edit(text):
+        data = yaml.safe_load(text)
+        params = {"packages": ["mamba-ssm==2.2.2"], **({"build_env": build_env} if build_env else {})}
+        data["layers"]["mamba"] = {"kind": "pip", "params": params}
+        data["stacks"]["cpu-smoke"]["layers"].append("mamba")
+        return yaml.safe_dump(data, sort_keys=False)
+    return edit
+
+
+def test_a_locked_sdist_that_downloads_its_own_prebuilt_wheel_is_refused_until_told_to_compile(tmp_path):
+    """IB099 (examples/real F21): mamba-ssm from its sdist runs a setup.py that downloads a prebuilt wheel from
+    its GitHub release unless MAMBA_FORCE_BUILD=TRUE: a binary no lock hash covers. An error naming the layer,
+    the package and the variable; none once the layer sets it, and none for a wheel (no setup.py runs)."""
+    sdist = [dist("mamba-ssm", "2.2.2", "4d" * 32, url="https://files.example/mamba_ssm-2.2.2.tar.gz", requested=True)]
+    res = run_cli("check", "-f", locked_site(_dir(tmp_path / "a"), {"mamba": [sdist]}, _with_mamba()))
+    assert res.code == 3 and "IB099" in res.output, res.output
+    assert "mamba-ssm 2.2.2 from source" in res.output and "MAMBA_FORCE_BUILD" in res.output, res.output
+    told = locked_site(_dir(tmp_path / "b"), {"mamba": [sdist]}, _with_mamba({"MAMBA_FORCE_BUILD": "TRUE"}))
+    assert "IB099" not in run_cli("check", "-f", told).output
+    wheel = [dist("mamba-ssm", "2.2.2", "4d" * 32, url="https://files.example/mamba_ssm-2.2.2-cp311-cp311-linux_x86_64.whl",
+                  requested=True)]
+    assert "IB099" not in run_cli("check", "-f", locked_site(_dir(tmp_path / "c"), {"mamba": [wheel]}, _with_mamba())).output

@@ -220,6 +220,12 @@ def ds_arch_variant() -> dict:
     return dict(_data()["deepspeed"]["arch_variant"])
 
 
+def prebuilt_fetchers() -> Known:
+    """{distribution: the variable that makes its setup.py compile instead of downloading a prebuilt wheel}."""
+    rec = _data()["prebuilt_fetchers"]
+    return Known(dict(rec["packages"]), rec["source"], bool(rec["verified"]))
+
+
 def newest_known(field: str) -> Known | None:
     """The newest release the catalog knows of a version field (deepspeed, megatron, ...), or None."""
     rec = _data()["newest_known"].get(field)

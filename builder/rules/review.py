@@ -12,6 +12,8 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import Callable
 
+from packaging.utils import canonicalize_name
+
 from builder.errors import PreflightError, SpecError
 from builder.load.yamlsrc import dotted
 from builder.load.intent import layer_intents, unresolved_refs
@@ -84,7 +86,7 @@ def review(spec: Spec, stacks: list[str], strict: bool = False, require_locked: 
     said = {dotted((node.layer.section, node.layer.name)) for _, node, _ in floating_nodes(plan, stacks)}
     rendered = [f for f in lint_rendered(spec, plan, lock) if not (f.rule in FLOATING_LINT and f.key in said)]
     found = (preflight(spec, stacks, lock) + lint_spec(spec, stacks, lock) + rendered + replaced(spec, stacks, lock)
-             + intent)
+             + intent + fetched_binaries(spec, plan, stacks, lock))
     if require_locked:
         found += _unlocked(spec, stacks, lock) + unpinned(spec, plan, stacks, "error")
     found = _waive(spec, stacks, found, set(rendered))
@@ -136,6 +138,38 @@ def replaced(spec: Spec, stacks: list[str], lock: Lock | None) -> list[Finding]:
                     source=f"{lock.file}: python.{layer.name}",
                     fix=f"pin {d.name}=={d.replaces} in the layer (what beneath it holds), or change the requirement "
                         f"that asks for {d.version}; then imgbuild lock python={layer.name}"))
+    return out
+
+
+def fetched_binaries(spec: Spec, plan: Plan, stacks: list[str], lock: Lock | None) -> list[Finding]:
+    """IB099: a layer's resolved set builds a package from source (an sdist, a git checkout, a folder) whose
+    setup.py first downloads a prebuilt wheel from its project's release unless a variable says to compile
+    (flash-attn, causal-conv1d, mamba-ssm): that binary is in no lock hash, so the same key can hold another
+    one, and it is compiled for the project's GPUs, not the stack's. An error where the step's Dockerfile
+    does not set the variable to TRUE (build_env, or the kind's own fragment as flash-attn's does)."""
+    fetchers = catalog.prebuilt_fetchers()
+    out, seen = [], set()
+    for name in stacks:
+        for node in plan.chain(name):
+            entry = python_entry(lock, spec.stack(name), node.layer) if node.locked else None
+            if entry is None or node.key in seen:
+                continue
+            seen.add(node.key)
+            for d in entry.dists().values():
+                var = fetchers.value.get(canonicalize_name(d.name))
+                if var is None or d.url.split("#")[0].endswith(".whl"):
+                    continue
+                if re.search(rf"\b{var}=['\"]?TRUE\b", node.dockerfile):
+                    continue
+                key = (node.layer.section, node.layer.name)
+                out.append(Finding(
+                    rule="IB099", severity="error", file=spec.file, line=spec.doc.line(key) if spec.doc else None,
+                    key=dotted(key), stack=name, source=fetchers.source,
+                    message=f"layer {node.name}'s resolved set builds {d.name} {d.version} from source ({d.url}); "
+                            f"its setup.py first downloads a prebuilt wheel from the project's release unless "
+                            f"{var}=TRUE: a binary no lock hash covers, built for the project's GPUs, not the stack's arch list",
+                    fix=f"build_env: {{{var}: \"TRUE\"}} on layer {node.name} (compiled here, for the stack's arch "
+                        f"list), or install that wheel by URL so the lock hashes it"))
     return out
 
 

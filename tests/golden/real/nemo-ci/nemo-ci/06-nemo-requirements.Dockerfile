@@ -16,6 +16,7 @@ RUN --mount=type=bind,source=sources/tree/requirements,target=/workspace/require
     rm -rf /root/.cache/pip/wheels; \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
     if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
+    export MAMBA_FORCE_BUILD=TRUE; \
     cd /workspace && python -m pip install --progress-bar off --no-build-isolation --extra-index-url https://pypi.nvidia.com 'apex @ git+https://github.com/NVIDIA/apex.git@810ffae374a2b9cb4b5c5e28eaeca7d7998fca0c' llama-index==0.10.43 'megatron_core @ git+https://github.com/NVIDIA/Megatron-LM.git@213c8a23fa9fe95d19eff0932a1e6e71767f0962' 'nvidia-modelopt[torch]~=0.17.0' 'onnxscript @ git+https://github.com/microsoft/onnxscript' unstructured==0.14.9 -r tools/ctc_segmentation/requirements.txt '.[all]'
 
 LABEL io.imgbuild.layer="nemo-requirements" \
