@@ -668,20 +668,25 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     the lock holds the truth, and nothing is built from intent."""
     from builder.ship.engine import Engine
     from builder.ship.lock import check_upgrade, lock as run_lock, lock_stack
-    from builder.load.intent import Intents, lock_path, read_sources
+    from builder.load.intent import Intents, lock_path, read_downloads, read_sources
     from packaging.utils import canonicalize_name
     json_mode("lock", as_json)
     lock_file = lock_path(file)
     refs, stamps = read_sources(lock_file)
+    digests, digest_stamps = read_downloads(lock_file)
     if check:
-        intents = Intents(accept=True, refs=refs, lock_file=lock_file.name)
+        intents = Intents(accept=True, refs=refs, digests=digests, lock_file=lock_file.name)
         spec = load_spec(file, kinds=kinds or None, intents=intents)
         from builder.plan.lockfile import stale_entries
         stale = (stale_entries(spec)
                  + [f"sources: {repo} at {ref!r} has no commit (imgbuild lock resolves it)"
                     for repo, ref in sorted(intents.used - set(refs))]
                  + [f"sources: {repo} at {ref!r}: no layer names it any more (imgbuild lock drops it)"
-                    for repo, ref in sorted(set(refs) - intents.used)])
+                    for repo, ref in sorted(set(refs) - intents.used)]
+                 + [f"downloads: {url} has no sha256 (imgbuild lock fetches it)"
+                    for url in sorted(intents.used_urls - set(digests))]
+                 + [f"downloads: {url}: no layer names it without a sha256 any more (imgbuild lock drops it)"
+                    for url in sorted(set(digests) - intents.used_urls)])
         for line in stale:
             echo(f"stale: {line}")
         if stale:
@@ -693,15 +698,24 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
         reply({"stale": []})
         return
     from builder.ship.sources import ls_remote
+    from builder.ship.downloads import digest_of
+    from builder.ship.hostconf import HostConf
     names = {canonicalize_name(n) for n in upgrade or ()}
-    intents = Intents(accept=True, refs=refs, resolve=ls_remote, stamps=stamps, lock_file=lock_file.name)
+    ca_bundle = HostConf.from_env().ca_bundle
+    hosted = dict(digests=digests, digest_stamps=digest_stamps, fetch=lambda url: digest_of(url, ca_bundle))
+    intents = Intents(accept=True, refs=refs, resolve=ls_remote, stamps=stamps, lock_file=lock_file.name, **hosted)
     spec = load_spec(file, kinds=kinds or None, intents=intents)
-    moved = {n for n in upgrade or () if n in spec.layers}   # layers whose git refs are resolved again
+    moved = {n for n in upgrade or () if n in spec.layers}   # layers whose git refs and downloads are resolved again
     if moved:
         again = {key for name in moved for _, value in spec.layers[name].params
                  if getattr(value, "ref", None) for key in [(value.repo, value.ref)]}
+        urls = {d.url for name in moved for _, value in spec.layers[name].params if isinstance(value, tuple)
+                for d in value if hasattr(d, "sha256") and hasattr(d, "url")}
+        hosted.update(digests={u: v for u, v in digests.items() if u not in urls},
+                      digest_stamps={u: v for u, v in digest_stamps.items() if u not in urls})
         intents = Intents(accept=True, refs={k: v for k, v in refs.items() if k not in again}, resolve=ls_remote,
-                          stamps={k: v for k, v in intents.stamps.items() if k not in again}, lock_file=lock_file.name)
+                          stamps={k: v for k, v in intents.stamps.items() if k not in again}, lock_file=lock_file.name,
+                          **hosted)
         spec = load_spec(file, kinds=kinds or None, intents=intents)
     bases, layers, python, stacks = [], [], [], []
     for item in targets or [f"base={b}" for b in spec.bases]:

@@ -290,3 +290,44 @@ def test_offline_a_wheelhouse_alone_is_locked_and_built_from(work, index):
     # Offline without a wheelhouse is said at once, before any engine is asked.
     proc = imgbuild(work, "build", "stack=demo", "-f", str(f), env={**env, "IMGBUILD_WHEELHOUSE": str(work / "none")})
     assert proc.returncode != 0 and "IMGBUILD_PIP_OFFLINE=1 needs a wheelhouse" in proc.stdout + proc.stderr, proc.stdout
+
+
+def test_a_download_without_its_sha256_is_fetched_by_lock_and_built_from_the_lock(work, index, serve):
+    """A recipe's `wget URL` as intent: `imgbuild lock` fetches the file on the host and records its sha256
+    under downloads:; the build places exactly those bytes. A changed file on the server then fails the build
+    before anything is built, and no tag moves (the lock, not the server, says what the file is)."""
+    files = work / "dl-files"
+    files.mkdir()
+    (files / "tool.whl").write_bytes(b"a wheel the recipe leaves in its working folder\n")
+    url = serve(files) + "/tool.whl"
+    env = {"IMGBUILD_PIP_INDEX_URL": index["url"], "IMGBUILD_BUILD_NETWORK": "host"}
+    f = _site(work, "dl-intent", NS + "-dl-intent")
+    data = yaml.safe_load(f.read_text())
+    data["layers"]["wget"] = {"kind": "system-setup", "params": {
+        "downloads": [{"url": url, "dest": "/workspace/tool.whl", "mode": "0644"}]}}
+    data["stacks"]["demo"]["layers"].append("wget")
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    f.with_name("stacks.lock.yaml").write_text("version: 1\nbases: {}\n")
+    _ok(imgbuild(work, "lock", "stack=demo", "-f", str(f), env=env))
+    import hashlib
+    sha = hashlib.sha256((files / "tool.whl").read_bytes()).hexdigest()
+    assert [(d.url, d.sha256) for d in load_lock(f).downloads] == [(url, sha)]
+    assert run_cli("lock", "--check", "-f", f).code == 0
+    _ok(imgbuild(work, "build", "stack=demo", "--require-locked", "-f", str(f), env=env))
+    node = [n for n in reports(work)[-1]["nodes"].values() if n["layer"] == "wget"][0]
+    run = subprocess.run([DOCKER, "run", "--rm", "--network", "none", f"{REGISTRY}/{NS}-dl-intent/layers/wget@{node['digest']}",
+                          "sh", "-c", "sha256sum /workspace/tool.whl; stat -c %a /workspace/tool.whl"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.stdout.split() == [sha, "/workspace/tool.whl", "644"], run.stdout + run.stderr
+    # Another file under the same URL: the key is the lock's sha256, so the image stands (reused, unchanged);
+    # where it must be built again (another namespace, a host whose cache lacks the file), the fetch is refused
+    # before anything is built, naming both sha256s, and no tag moves.
+    (files / "tool.whl").write_bytes(b"another file under the same URL\n")
+    proc = _ok(imgbuild(work, "build", "stack=demo", "-f", str(f), env=env))
+    assert "0 layer image(s) built" in proc.stdout, proc.stdout[-2000:]
+    data["site"]["namespace"] = NS + "-dl-intent2"
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = imgbuild(work, "build", "stack=demo", "-f", str(f), env={**env, "IMGBUILD_CACHE": str(work / "empty-cache")})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "is not the file stacks.yaml pins" in out and sha in out, out[-3000:]
+    assert Registry(REGISTRY).manifest_digest(f"{NS}-dl-intent2/demo", "demo") is None

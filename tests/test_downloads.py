@@ -58,7 +58,8 @@ def test_a_download_is_copied_by_its_sha256_and_the_key_follows_the_bytes_not_th
     ({**ONE, "dest": "usr/local/bin/tool"}, "[0].dest", "is not an absolute path"),
     ({**ONE, "dest": "/usr/local/bin/"}, "[0].dest", "is a folder"),
     ({**ONE, "mode": "4755"}, "[0].mode", "is not a file mode imgbuild writes"),
-    ({k: v for k, v in ONE.items() if k != "sha256"}, "[0]", "expected a mapping with url, sha256, dest"),
+    # without a lock file beside stacks.yaml the sha256 is still required (with one it is intent: tests/test_intent.py)
+    ({k: v for k, v in ONE.items() if k != "sha256"}, "[0].sha256", "no sha256, and there is no stacks.lock.yaml"),
     ({**ONE, "checksum": "x"}, "[0]", "expected a mapping with url, sha256, dest"),
 ])
 def test_a_bad_download_is_refused_naming_its_key(tmp_path, item, key, reason):
@@ -108,3 +109,55 @@ def test_an_unreachable_url_says_where_a_host_without_network_puts_the_file(tmp_
         downloads.fetch(Download("http://127.0.0.1:9/tool", SHA, "/t", "0644"))
     assert "cannot fetch http://127.0.0.1:9/tool" in err.value.message
     assert str(tmp_path / "cache" / "downloads" / SHA) in err.value.hint
+
+
+def test_beside_a_lock_file_a_download_may_leave_out_its_sha256_and_the_lock_records_it(tmp_path, server, monkeypatch):
+    """A recipe's `wget URL` (issue 21, intent): beside a lock file the sha256 may be left out. Until the lock
+    file records it the layer is IB098 and render refuses it; `imgbuild lock` fetches the file on the host once,
+    keeps it in the cache under its sha256 and records it under downloads:; read back, the layer renders and
+    keys exactly as with the sha256 written out, and lock --check follows the URLs stacks.yaml names."""
+    from builder.load.intent import Intents, read_downloads
+    from builder.ship.lock import downloads_section
+    monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "cache"))
+    floating = {**ONE, "url": server["url"]}
+    del floating["sha256"]
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    f = site(tmp_path / "a", [floating])
+    lock = f.with_name("stacks.lock.yaml")
+    lock.write_text("version: 1\nbases: {}\n")
+    res = run_cli("check", "stack=cpu-tools", "-f", f)
+    assert res.code == 3 and "IB098" in res.output and "a download the lock file records no sha256 for" in res.output
+    assert "imgbuild lock" in res.output, res.output
+    res = run_cli("render", "stack=cpu-tools", "-f", f)
+    assert res.code == 2 and server["url"] in res.err, res.output
+    assert run_cli("lock", "--check", "-f", f).code == 1
+
+    # What `imgbuild lock` does while reading stacks.yaml (tests/test_docker_intent.py runs the command itself).
+    intents = Intents(accept=True, fetch=downloads.digest_of)
+    load_spec(f, intents=intents)
+    section = downloads_section(intents)
+    assert [(r["url"], r["sha256"]) for r in section] == [(server["url"], SHA)]
+    assert (tmp_path / "cache" / "downloads" / SHA).read_bytes() == BODY
+    lock.write_text(yaml.safe_dump({"version": 1, "bases": {}, "downloads": section}))
+    assert read_downloads(lock)[0] == {server["url"]: SHA}
+    written = node(site(tmp_path / "b", [{**ONE, "url": server["url"]}]))
+    locked = node(f)
+    assert f"COPY --chmod=0755 downloads/{SHA} /usr/local/bin/tool\n" in locked.dockerfile and locked.key == written.key
+    assert run_cli("check", "stack=cpu-tools", "-f", f).code == 0
+    assert run_cli("lock", "--check", "-f", f).code == 0
+    f.write_text(f.read_text().replace(server["url"], server["url"] + "-2"))
+    res = run_cli("lock", "--check", "-f", f)
+    assert res.code == 1 and "has no sha256" in res.out and "no layer names it without a sha256" in res.out, res.output
+
+
+def test_a_hand_edited_download_in_the_lock_file_is_refused_at_load(tmp_path):
+    f = site(_dir(tmp_path / "a"), [{k: v for k, v in ONE.items() if k != "sha256"}])
+    f.with_name("stacks.lock.yaml").write_text(yaml.safe_dump(
+        {"version": 1, "bases": {}, "downloads": [{"url": ONE["url"], "sha256": "not-a-sha", "resolved": "x"}]}))
+    res = run_cli("check", "-f", f)
+    assert res.code == 2 and "not a lock file imgbuild wrote" in res.err and "is not 64 hex digits" in res.err, res.output
+
+
+def _dir(path):
+    path.mkdir()
+    return path

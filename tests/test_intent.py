@@ -191,7 +191,7 @@ def test_a_git_ref_is_resolved_on_the_host_recorded_and_read_back_as_its_commit(
         return lambda d: d["projects"]["smoke-train"]["params"].update(source={"repo": tagged["url"], "ref": ref})
     f = _site(tmp_path, at_ref("v1"))
     res = run_cli("check", "stack=cpu-smoke", "-f", f)
-    assert res.code == 3 and "IB098" in res.out and "fix: imgbuild lock (records the commit of each git ref)" in res.out
+    assert res.code == 3 and "IB098" in res.out and "fix: imgbuild lock (records the commit of each git ref and the sha256 of each file by URL)" in res.out
     assert run_cli("lock", "--check", "-f", f).code == 1
     intents = Intents(accept=True, resolve=ls_remote)
     spec = load_spec(f, intents=intents)

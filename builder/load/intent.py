@@ -10,6 +10,8 @@ turns each into its exact form and records both, and check, plan, render and bui
 - a git source at `ref:` (a tag or a branch) is resolved to its 40-hex commit on the host
   (`git ls-remote`), recorded under the lock file's `sources:`, and read back when stacks.yaml loads:
   from then on the layer is pinned to that commit like any other.
+- a file by URL without its sha256 (`downloads:`) is fetched on the host and hashed, recorded under the lock
+  file's `downloads:` and read back the same way: from then on it is pinned by that sha256 like any other.
 
 Without a lock file the old strict refusals stand: every pin exact, every commit full.
 """
@@ -31,6 +33,7 @@ from packaging.requirements import Requirement
 REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*@\{)(?!.*//)[A-Za-z0-9._+/-]{1,200}(?<![./])\Z")
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")
 SHA256_FRAGMENT = re.compile(r"#sha256=[0-9a-f]{64}\Z")
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 @dataclass
@@ -45,6 +48,13 @@ class Intents:
     stamps: dict = field(default_factory=dict)  # (repo, ref) -> when the lock file recorded it
     used: set = field(default_factory=set)      # (repo, ref) named by stacks.yaml now
     lock_file: str = "stacks.lock.yaml"
+    # Files by URL without a sha256, as refs are: url -> sha256 recorded, the resolver `imgbuild lock` sets (it
+    # fetches and hashes on the host), what this loading resolved, when each was recorded, the URLs named now.
+    digests: dict = field(default_factory=dict)
+    fetch: Callable[[str], str] | None = None
+    found_digests: dict = field(default_factory=dict)
+    digest_stamps: dict = field(default_factory=dict)
+    used_urls: set = field(default_factory=set)
 
     def commit(self, repo: str, ref: str) -> str | None:
         self.used.add((repo, ref))
@@ -53,6 +63,14 @@ class Intents:
                 self.found[(repo, ref)] = self.resolve(repo, ref)
             return self.found[(repo, ref)]
         return self.refs.get((repo, ref))
+
+    def sha256(self, url: str) -> str | None:
+        self.used_urls.add(url)
+        if self.fetch is not None and url not in self.digests:
+            if url not in self.found_digests:
+                self.found_digests[url] = self.fetch(url)
+            return self.found_digests[url]
+        return self.digests.get(url)
 
 
 INTENTS: ContextVar[Intents] = ContextVar("INTENTS", default=Intents())
@@ -87,9 +105,14 @@ def floating(req: Requirement) -> str | None:
 REQUIREMENT_FILES = ("requirements", "requirements_files")
 
 
+UNPINNED_REF = "a git ref the lock file records no commit for"
+UNPINNED_DOWNLOAD = "a download the lock file records no sha256 for"
+
+
 def unresolved_refs(layer) -> list[tuple[str, str, str]]:
-    """The git sources of a layer at a ref the lock file has no commit for (what `imgbuild lock` resolves)."""
-    return [i for i in layer_intents(layer) if i[2].startswith("a git ref the lock")]
+    """What of a layer `imgbuild lock` pins on the host, not yet pinned: git sources at a ref the lock file has
+    no commit for, and files by URL it has no sha256 for."""
+    return [i for i in layer_intents(layer) if i[2] in (UNPINNED_REF, UNPINNED_DOWNLOAD)]
 
 
 def layer_intents(layer) -> list[tuple[str, str, str]]:
@@ -100,7 +123,9 @@ def layer_intents(layer) -> list[tuple[str, str, str]]:
     for name, value in layer.params:
         ptype = layer.kind.params[name].type if name in layer.kind.params else None
         if getattr(value, "ref", None) and not getattr(value, "commit", ""):
-            out.append((name, f"{value.repo}@{value.ref}", "a git ref the lock file records no commit for"))
+            out.append((name, f"{value.repo}@{value.ref}", UNPINNED_REF))
+        elif ptype == "downloads" and any(not d.sha256 for d in value or ()):
+            out += [(name, d.url, UNPINNED_DOWNLOAD) for d in value if not d.sha256]
         elif ptype == "requirements":
             for raw in value or ():
                 why = floating(Requirement(raw))
@@ -153,5 +178,19 @@ def read_sources(lock_file: Path) -> tuple[dict, dict]:
     return refs, stamps
 
 
-__all__ = ["INTENTS", "Intents", "REF", "floating", "git_requirement", "layer_intents", "lock_path", "read_sources",
+def read_downloads(lock_file: Path) -> tuple[dict, dict]:
+    """From the lock file's `downloads:`: (url -> sha256, url -> when it was recorded); read leniently, as
+    read_sources (builder.plan.lockfile reads the file strictly)."""
+    try:
+        data = yaml.safe_load(lock_file.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return {}, {}
+    digests, stamps = {}, {}
+    for rec in (data.get("downloads") or []) if isinstance(data, dict) else []:
+        if isinstance(rec, dict) and SHA256_HEX.match(str(rec.get("sha256", ""))):
+            digests[str(rec.get("url"))], stamps[str(rec.get("url"))] = str(rec["sha256"]), str(rec.get("resolved", ""))
+    return digests, stamps
+
+
+__all__ = ["INTENTS", "Intents", "REF", "floating", "git_requirement", "layer_intents", "lock_path", "read_downloads", "read_sources",
            "reading", "unresolved_refs"]

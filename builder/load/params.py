@@ -491,6 +491,23 @@ def _tree(spec: ParamSpec, value: Any) -> BoundTree:
                      tuple(extras), files)
 
 
+def _locked_digest(url: str) -> str:
+    """The sha256 the lock file records for a file by URL that stacks.yaml gives without one (or that `imgbuild
+    lock` fetches and hashes now); '' where it floats beside a lock file that has none yet."""
+    intents = INTENTS.get()
+    try:
+        digest = intents.sha256(url)
+    except Exception as exc:   # `imgbuild lock` fetched it (builder.ship.downloads): said at its key
+        if not hasattr(exc, "message"):
+            raise
+        raise ParamError(exc.message, (), getattr(exc, "hint", None)) from None
+    if digest is None and not intents.accept:
+        raise ParamError(f"no sha256, and there is no {intents.lock_file} to record it", (),
+                         hint="imgbuild lock (fetches the file on the host and records its sha256), and commit the "
+                              "lock file; or write sha256: (sha256sum FILE prints it)")
+    return digest or ""
+
+
 def _locked_ref(repo: str, ref: Any) -> str:
     """The commit the lock file records for a git source's tag or branch (builder.load.intent)."""
     ref = _wrap(text, ("ref",), ref, "a tag or branch name")
@@ -818,19 +835,22 @@ DOWNLOAD_URL = re.compile(rf"^(?:https://{_HOST}(?::[0-9]{{1,5}})?|http://(?:127
 
 
 def _downloads(spec: ParamSpec, value: Any) -> tuple:
-    """Files fetched by URL: [{url: https://..., sha256: 64 hex digits, dest: /ABS/PATH, mode: "0755"}]."""
+    """Files fetched by URL: [{url: https://..., sha256: 64 hex digits, dest: /ABS/PATH, mode: "0755"}]. Beside a
+    lock file the sha256 may be left out (intent, as a recipe's `wget URL` is): the lock file's `downloads:`
+    gives it, and until it does the file is IB098 and nothing is built with it."""
     if not isinstance(value, list):
         raise ParamError(f"expected a list of {{url, sha256, dest, mode}}, got {type_name(value)}")
     out, dests = [], set()
     for i, item in enumerate(value):
-        if not isinstance(item, dict) or not {"url", "sha256", "dest"} <= set(item) or set(item) - {"url", "sha256", "dest", "mode"}:
+        if not isinstance(item, dict) or not {"url", "dest"} <= set(item) or set(item) - {"url", "sha256", "dest", "mode"}:
             raise ParamError("expected a mapping with url, sha256, dest and optional mode", (i,))
         url = _wrap(text, (i, "url"), item["url"], "a URL")   # text() refuses credentials in any value
         if not DOWNLOAD_URL.match(url):
             raise ParamError(f"{redact(url)[:200]!r} is not a download URL (https://HOST/PATH; http only on loopback; "
                              "no query)", (i, "url"))
-        digest = _wrap(text, (i, "sha256"), item["sha256"], "a sha256")
-        if not SHA256.match(digest):
+        digest = (_wrap(text, (i, "sha256"), item["sha256"], "a sha256") if "sha256" in item
+                  else _wrap(_locked_digest, (i, "sha256"), url))
+        if digest and not SHA256.match(digest):
             raise ParamError(f"{digest[:80]!r} is not a sha256 (64 lower-case hex digits)", (i, "sha256"),
                              hint="sha256sum FILE prints it")
         got = Download(url, digest, *_placed(spec, i, item, dests, "download"))

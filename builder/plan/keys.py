@@ -19,7 +19,7 @@ from builder import __version__
 from builder.errors import SpecError
 from builder.load.kinds import CheckSpec
 from builder.plan.layout import layer_repo
-from builder.load.intent import layer_intents, lock_path, unresolved_refs
+from builder.load.intent import UNPINNED_DOWNLOAD, layer_intents, lock_path, unresolved_refs
 from builder.plan.lockfile import load_lock
 from builder.plan import pinning
 from builder.load.params import FileRef, GitPin, Uninstall, WheelPin
@@ -220,14 +220,17 @@ def refuse_intent(spec: Spec, lock, layer: LayerDef, entry) -> None:
         return
     pname, what, why = floating[0]
     more = f" (and {len(floating) - 1} more)" if len(floating) > 1 else ""
-    state = ("has no commit for it" if unresolved_refs(layer) else "has no entry for it"
+    state = (("has no sha256 for it" if why == UNPINNED_DOWNLOAD else "has no commit for it") if unresolved_refs(layer)
+             else "has no entry for it"
              if lock is None or layer.name not in lock.python
              else "has an entry resolved for another definition of it or of a layer beneath")
     key = (layer.section, layer.name, "params", pname)
     raise SpecError(f"{what!r} floats ({why}){more} and {lock_path(spec.file).name} {state}: nothing is built "
                     "from intent", file=spec.file, line=spec.doc.line(key) if spec.doc else None,
                     key=".".join(key), rule="IB098",
-                    hint=f"imgbuild lock python={layer.name} (records the exact set), then commit the lock file")
+                    hint=("imgbuild lock (records the commit of each git ref and the sha256 of each file by URL)"
+                          if unresolved_refs(layer) else f"imgbuild lock python={layer.name} (records the exact set)")
+                    + ", then commit the lock file")
 
 
 def make_plan(spec: Spec, stacks: Iterable[str] | None = None, digests: dict | None = None, lock=None,

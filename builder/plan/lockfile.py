@@ -18,7 +18,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.errors import SpecError
-from builder.load.intent import layer_intents, lock_path
+from builder.load.intent import layer_intents, lock_path, unresolved_refs
 
 LOCK_VERSION = 1
 
@@ -80,6 +80,14 @@ class LockedSource:
 
 
 @dataclass(frozen=True)
+class LockedDownload:
+    """A file stacks.yaml names by URL without its sha256, and the sha256 it had when it was locked."""
+    url: str
+    sha256: str
+    resolved: str
+
+
+@dataclass(frozen=True)
 class Lock:
     file: str
     bases: dict     # base name -> LockedBase
@@ -89,6 +97,7 @@ class Lock:
     # has one resolved set per chain, each valid for its own definition
     python_all: dict = field(default_factory=dict)
     sources: tuple = ()                          # LockedSource, sorted by repo and ref
+    downloads: tuple = ()                        # LockedDownload, sorted by URL
 
     def python_for(self, name: str, definition: str):
         """The entry of layer `name` resolved for this definition of it (its chain beneath), or None."""
@@ -118,10 +127,12 @@ def load_lock(spec_file: str | Path) -> Lock | None:
                       for name, rec in (data.get("python") or {}).items()}
         python = {name: entries[0] for name, entries in python_all.items() if entries}
         sources = tuple(_source(rec) for rec in data.get("sources") or [])
+        downloads = tuple(_download(rec) for rec in data.get("downloads") or [])
     except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise SpecError(f"not a lock file imgbuild wrote: {exc}", file=str(path),
                         hint="delete it and run imgbuild lock again") from None
-    return Lock(file=str(path), bases=bases, layers=layers, python=python, sources=sources, python_all=python_all)
+    return Lock(file=str(path), bases=bases, layers=layers, python=python, sources=sources, python_all=python_all,
+                downloads=downloads)
 
 
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")
@@ -136,6 +147,13 @@ def _source(rec: dict) -> LockedSource:
 
 
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+
+
+def _download(rec: dict) -> "LockedDownload":
+    digest = str(rec["sha256"])
+    if not SHA256.match(digest):
+        raise ValueError(f"downloads: {str(rec.get('url'))[:160]}: sha256 {digest[:80]!r} is not 64 hex digits")
+    return LockedDownload(url=str(rec["url"]), sha256=digest, resolved=str(rec.get("resolved", "")))
 
 
 def _python(rec: dict) -> LockedPython:
@@ -193,7 +211,7 @@ def stale_entries(spec) -> list[str]:
     seen = set()
     for stack in spec.stacks.values():
         for layer in stack.chain:
-            floating = [i for i in layer_intents(layer) if not i[2].startswith("a git ref the lock")]
+            floating = [i for i in layer_intents(layer) if i not in unresolved_refs(layer)]   # pinned on the host
             definition = stack.layer_definition(layer.name, None)
             if floating and not lock.python_for(layer.name, definition) and (layer.name, definition) not in seen:
                 seen.add((layer.name, definition))

@@ -88,8 +88,9 @@ def list_of_lines(text) -> list[str]:
 
 def download_path(download) -> str:
     """Where a file fetched by URL lies in the build context: by its sha256, which the COPY line (and with
-    it the content key) names."""
-    return f"downloads/{download.sha256}"
+    it the content key) names. A file whose sha256 the lock file has not recorded yet is rendered only to be
+    shown (IB098: nothing is built from it), under a name that says so."""
+    return f"downloads/{download.sha256 or 'sha256-not-locked-yet'}"
 
 
 def _skeleton_loader(path: Path) -> jinja2.BaseLoader:

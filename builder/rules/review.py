@@ -204,7 +204,8 @@ def unresolved(spec: Spec, plan, stacks: list[str]) -> list[Finding]:
                            fix=(f"imgbuild lock python={node.name} (records the exact versions and hashes; for this "
                                 f"stack's chain: stack={name})"
                                 if not unresolved_refs(node.layer) else
-                                "imgbuild lock (records the commit of each git ref)") + ", and commit the lock file"))
+                                "imgbuild lock (records the commit of each git ref and the sha256 of each file by "
+                                "URL)") + ", and commit the lock file"))
     return out
 
 

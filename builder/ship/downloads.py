@@ -35,31 +35,45 @@ def fetch(download: Download, ca_bundle: Path | None = None) -> Path:
     path = cache_dir() / download.sha256
     if path.is_file() and _sha256(path) == download.sha256:
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _fetch(download.url, download.sha256, ca_bundle,
+           hint=f"a host without network can place the file at {path}")
+    return path
+
+
+def digest_of(url: str, ca_bundle: Path | None = None) -> str:
+    """`imgbuild lock` for a file stacks.yaml names without its sha256: fetched on the host, hashed, and kept in
+    the cache under that sha256 (so the build that follows finds it there). Returns the sha256."""
+    return _fetch(url, None, ca_bundle, hint="imgbuild lock fetches each file once to record its sha256; or write "
+                                             "sha256: in stacks.yaml (sha256sum FILE prints it)")
+
+
+def _fetch(url: str, want: str | None, ca_bundle: Path | None, hint: str) -> str:
+    """url into the cache under its sha256, which must be `want` where one is given; returns the sha256."""
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
     context = ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{download.sha256[:12]}.")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{(want or 'lock')[:12]}.")
     digest, size = hashlib.sha256(), 0
     try:
         with os.fdopen(fd, "wb") as out:
             try:
-                with urllib.request.urlopen(download.url, timeout=TIMEOUT_S, context=context) as answer:
+                with urllib.request.urlopen(url, timeout=TIMEOUT_S, context=context) as answer:
                     while chunk := answer.read(1 << 20):
                         size += len(chunk)
                         if size > MAX_BYTES:
-                            raise SourceError(f"{redact(download.url)} is over {MAX_BYTES >> 30} GiB; stopped")
+                            raise SourceError(f"{redact(url)} is over {MAX_BYTES >> 30} GiB; stopped")
                         digest.update(chunk)
                         out.write(chunk)
             except (urllib.error.URLError, OSError, ValueError) as exc:
-                raise SourceError(f"cannot fetch {redact(download.url)}: {getattr(exc, 'reason', exc)}",
-                                  hint=f"a host without network can place the file at {path}") from None
+                raise SourceError(f"cannot fetch {redact(url)}: {getattr(exc, 'reason', exc)}", hint=hint) from None
         got = digest.hexdigest()
-        if got != download.sha256:
-            raise SourceError(f"{redact(download.url)} is not the file stacks.yaml pins: sha256 {got} ({size} bytes), "
-                              f"stacks.yaml says {download.sha256}",
+        if want is not None and got != want:
+            raise SourceError(f"{redact(url)} is not the file stacks.yaml pins: sha256 {got} ({size} bytes), "
+                              f"stacks.yaml says {want}",
                               hint="the server's file changed, or the sha256 in stacks.yaml is wrong; nothing was built")
-        os.replace(tmp, path)
+        os.replace(tmp, folder / got)
         tmp = None
-        return path
+        return got
     finally:
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)
@@ -83,4 +97,4 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["cache_dir", "fetch", "place"]
+__all__ = ["cache_dir", "digest_of", "fetch", "place"]

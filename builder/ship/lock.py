@@ -30,7 +30,7 @@ from builder.plan.layout import layer_repo
 from builder.plan.lockfile import LOCK_VERSION, load_lock, lock_path
 from builder.plan.keys import make_plan
 from builder.ship.registry import Registry
-from builder.load.intent import Intents, layer_intents
+from builder.load.intent import UNPINNED_DOWNLOAD, UNPINNED_REF, Intents, layer_intents
 from builder.load.spec import Spec
 
 # The one probe (builder/ship/checks/probe.py), run by the image's own Python; an image without Python (the
@@ -162,8 +162,8 @@ def resolved_intents(layer, steps, beneath: dict | None = None) -> list[dict]:
         if why.startswith("a requirements file"):
             out.append({"intent": what, "locked": f"{sum(len(s) for s in steps)} distribution(s) of the layer"})
             continue
-        if why.startswith("a git ref the lock"):
-            continue   # a source, recorded under sources:
+        if why in (UNPINNED_REF, UNPINNED_DOWNLOAD):
+            continue   # pinned on the host, recorded under sources: or downloads:
         key = canonicalize_name(Requirement(what).name)
         d = found.get(key)
         held = (beneath or {}).get(key)
@@ -185,6 +185,17 @@ def sources_section(intents: Intents) -> list[dict]:
         if commit:
             out.append({"repo": repo, "ref": ref, "commit": commit,
                         "resolved": intents.stamps.get((repo, ref)) or stamp()})
+    return out
+
+
+def downloads_section(intents: Intents) -> list[dict]:
+    """The lock file's `downloads:`: each file stacks.yaml names by URL without a sha256, with the sha256
+    fetched by this run or recorded before (kept); URLs no layer names that way any more are dropped."""
+    out = []
+    for url in sorted(intents.used_urls):
+        digest = intents.found_digests.get(url) or intents.digests.get(url)
+        if digest:
+            out.append({"url": url, "sha256": digest, "resolved": intents.digest_stamps.get(url) or stamp()})
     return out
 
 
@@ -266,9 +277,13 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
     sources = sources_section(intents) if intents is not None else [asdict(r) for r in (old.sources if old else ())]
     if sources:
         data["sources"] = sources
+    downloads = (downloads_section(intents) if intents is not None
+                 else [asdict(r) for r in (old.downloads if old else ())])
+    if downloads:
+        data["downloads"] = downloads
     text = ("# Written by `imgbuild lock`: what each base resolved to and what was measured inside it, and what\n"
-            "# each layer's pip commands install (python:, with each artifact's sha256), and the commit of each\n"
-            "# git ref stacks.yaml names (sources:).\n"
+            "# each layer's pip commands install (python:, with each artifact's sha256), the commit of each\n"
+            "# git ref stacks.yaml names (sources:) and the sha256 of each file it names by URL alone (downloads:).\n"
             "# null: measured, not installed; a fact that is missing was not measured. Do not edit.\n"
             + yaml.safe_dump(data, sort_keys=False))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".stacks.lock.")
