@@ -331,3 +331,6 @@ def test_a_download_without_its_sha256_is_fetched_by_lock_and_built_from_the_loc
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "is not the file stacks.yaml pins" in out and sha in out, out[-3000:]
     assert Registry(REGISTRY).manifest_digest(f"{NS}-dl-intent2/demo", "demo") is None
+    # The lock moves only when asked: --upgrade LAYER fetches that layer's files again.
+    _ok(imgbuild(work, "lock", "stack=demo", "--upgrade", "wget", "-f", str(f), env=env))
+    assert [d.sha256 for d in load_lock(f).downloads] == [hashlib.sha256(b"another file under the same URL\n").hexdigest()]
