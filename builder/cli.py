@@ -668,12 +668,11 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     the lock holds the truth, and nothing is built from intent."""
     from builder.ship.engine import Engine
     from builder.ship.lock import check_upgrade, lock as run_lock, lock_stack
-    from builder.load.intent import Intents, lock_path, read_downloads, read_sources
+    from builder.load.intent import Intents, lock_path, read_pins
     from packaging.utils import canonicalize_name
     json_mode("lock", as_json)
     lock_file = lock_path(file)
-    refs, stamps = read_sources(lock_file)
-    digests, digest_stamps = read_downloads(lock_file)
+    refs, stamps, digests, digest_stamps = read_pins(lock_file)
     if check:
         intents = Intents(accept=True, refs=refs, digests=digests, lock_file=lock_file.name)
         spec = load_spec(file, kinds=kinds or None, intents=intents)

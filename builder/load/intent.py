@@ -107,12 +107,13 @@ REQUIREMENT_FILES = ("requirements", "requirements_files")
 
 UNPINNED_REF = "a git ref the lock file records no commit for"
 UNPINNED_DOWNLOAD = "a download the lock file records no sha256 for"
+HOST_PINNED = (UNPINNED_REF, UNPINNED_DOWNLOAD)   # what `imgbuild lock` pins on the host, not by resolving pip
 
 
 def unresolved_refs(layer) -> list[tuple[str, str, str]]:
     """What of a layer `imgbuild lock` pins on the host, not yet pinned: git sources at a ref the lock file has
     no commit for, and files by URL it has no sha256 for."""
-    return [i for i in layer_intents(layer) if i[2] in (UNPINNED_REF, UNPINNED_DOWNLOAD)]
+    return [i for i in layer_intents(layer) if i[2] in HOST_PINNED]
 
 
 def layer_intents(layer) -> list[tuple[str, str, str]]:
@@ -162,35 +163,26 @@ def lock_path(spec_file: str | Path) -> Path:
     return spec_file.with_name(spec_file.stem + ".lock.yaml")
 
 
-def read_sources(lock_file: Path) -> tuple[dict, dict]:
-    """From the lock file's `sources:`: ((repo, ref) -> commit, (repo, ref) -> when it was recorded); nothing
-    where there is no such file or section. Read leniently here: builder.plan.lockfile reads the whole file
-    strictly (and refuses a commit that is not 40 hex digits)."""
+def read_pins(lock_file: Path) -> tuple[dict, dict, dict, dict]:
+    """What the lock file pins on the host, read once: from `sources:` (repo, ref) -> commit and -> when it was
+    recorded, from `downloads:` url -> sha256 and -> when; empty where there is no such file or section. Read
+    leniently here: builder.plan.lockfile reads the whole file strictly (and refuses a malformed value)."""
     try:
         data = yaml.safe_load(lock_file.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError):
-        return {}, {}
-    refs, stamps = {}, {}
-    for rec in (data.get("sources") or []) if isinstance(data, dict) else []:
+        data = {}
+    data = data if isinstance(data, dict) else {}
+    refs, stamps, digests, digest_stamps = {}, {}, {}, {}
+    for rec in data.get("sources") or []:
         if isinstance(rec, dict) and SHA40.match(str(rec.get("commit", ""))):
             key = (str(rec.get("repo")), str(rec.get("ref")))
             refs[key], stamps[key] = str(rec["commit"]), str(rec.get("resolved", ""))
-    return refs, stamps
-
-
-def read_downloads(lock_file: Path) -> tuple[dict, dict]:
-    """From the lock file's `downloads:`: (url -> sha256, url -> when it was recorded); read leniently, as
-    read_sources (builder.plan.lockfile reads the file strictly)."""
-    try:
-        data = yaml.safe_load(lock_file.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return {}, {}
-    digests, stamps = {}, {}
-    for rec in (data.get("downloads") or []) if isinstance(data, dict) else []:
+    for rec in data.get("downloads") or []:
         if isinstance(rec, dict) and SHA256_HEX.match(str(rec.get("sha256", ""))):
-            digests[str(rec.get("url"))], stamps[str(rec.get("url"))] = str(rec["sha256"]), str(rec.get("resolved", ""))
-    return digests, stamps
+            url = str(rec.get("url"))
+            digests[url], digest_stamps[url] = str(rec["sha256"]), str(rec.get("resolved", ""))
+    return refs, stamps, digests, digest_stamps
 
 
-__all__ = ["INTENTS", "Intents", "REF", "floating", "git_requirement", "layer_intents", "lock_path", "read_downloads", "read_sources",
+__all__ = ["HOST_PINNED", "INTENTS", "Intents", "REF", "floating", "git_requirement", "layer_intents", "lock_path", "read_pins",
            "reading", "unresolved_refs"]

@@ -20,7 +20,7 @@ from builder.load import ciconf, versions
 from builder.load.ciconf import CiSettings
 from builder.errors import SpecError, SpecErrors
 from builder.load.kinds import Kind, load_kinds
-from builder.load.intent import Intents, lock_path, read_downloads, read_sources, reading
+from builder.load.intent import Intents, lock_path, read_pins, reading
 from builder.load.params import VERSION_RANGE, ParamError, files_root, not_exact, text, type_name, version
 from builder.load.yamlsrc import Doc, load_file
 from builder.redact import redact
@@ -743,8 +743,8 @@ def load_spec(file: str | Path, root: str | Path | None = None, kinds: Any = Non
     file = Path(file)
     if intents is None:
         lock = lock_path(file)
-        intents = Intents(accept=lock.is_file(), refs=read_sources(lock)[0], digests=read_downloads(lock)[0],
-                          lock_file=lock.name)
+        refs, _, digests, _ = read_pins(lock)
+        intents = Intents(accept=lock.is_file(), refs=refs, digests=digests, lock_file=lock.name)
     with reading(intents):
         return _load(file, root, kinds)
 

@@ -18,7 +18,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.errors import SpecError
-from builder.load.intent import layer_intents, lock_path, unresolved_refs
+from builder.load.intent import HOST_PINNED, layer_intents, lock_path
 
 LOCK_VERSION = 1
 
@@ -211,7 +211,7 @@ def stale_entries(spec) -> list[str]:
     seen = set()
     for stack in spec.stacks.values():
         for layer in stack.chain:
-            floating = [i for i in layer_intents(layer) if i not in unresolved_refs(layer)]   # pinned on the host
+            floating = [i for i in layer_intents(layer) if i[2] not in HOST_PINNED]
             definition = stack.layer_definition(layer.name, None)
             if floating and not lock.python_for(layer.name, definition) and (layer.name, definition) not in seen:
                 seen.add((layer.name, definition))

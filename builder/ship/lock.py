@@ -30,7 +30,7 @@ from builder.plan.layout import layer_repo
 from builder.plan.lockfile import LOCK_VERSION, load_lock, lock_path
 from builder.plan.keys import make_plan
 from builder.ship.registry import Registry
-from builder.load.intent import UNPINNED_DOWNLOAD, UNPINNED_REF, Intents, layer_intents
+from builder.load.intent import HOST_PINNED, Intents, layer_intents
 from builder.load.spec import Spec
 
 # The one probe (builder/ship/checks/probe.py), run by the image's own Python; an image without Python (the
@@ -162,7 +162,7 @@ def resolved_intents(layer, steps, beneath: dict | None = None) -> list[dict]:
         if why.startswith("a requirements file"):
             out.append({"intent": what, "locked": f"{sum(len(s) for s in steps)} distribution(s) of the layer"})
             continue
-        if why in (UNPINNED_REF, UNPINNED_DOWNLOAD):
+        if why in HOST_PINNED:
             continue   # pinned on the host, recorded under sources: or downloads:
         key = canonicalize_name(Requirement(what).name)
         d = found.get(key)
