@@ -186,6 +186,12 @@ FAILS = [
     Fail("v100-measured-archs", S("ngc2503", ["site"], gpus=["V100"]), "IB012", "error",
          r"the base's torch has no kernels for V100 \(sm_70\)", "stacks.s.gpus[0]",
          lock=("ngc2503", {"torch_archs": "sm_75;sm_80;sm_86;sm_90;sm_100;sm_120;compute_120", "cuda": "12.8.1"})),
+    # -- IB013 a Grace GPU on linux/amd64 (issue 22: GH200 passed check --strict with exit 0) -----
+    Fail("gh200-on-amd64", S("ngc2503", ["site"], gpus=["H100", "GH200"]), "IB013", "error",
+         r"GH200's nodes run an NVIDIA Grace CPU \(aarch64, linux/arm64 images\); this stack is built for linux/amd64",
+         "stacks.s.gpus[1]"),
+    Fail("gb300-on-amd64", S("ngc2509", ["site"], gpus=["GB300"]), "IB013", "error",
+         r"GB300's nodes run an NVIDIA Grace CPU", "stacks.s.gpus[0]"),
     # -- Transformer Engine -----------------------------------------------------------------------
     Fail("te-needs-cuda-12.1", S("cu120", ["site", "te28"]), "IB020", "error",
          r"Transformer Engine 2\.8\.0 needs cuda 12\.1 or newer to build; the stack has 12\.0\.1", "layers.te28.params.version"),
@@ -395,7 +401,8 @@ PASSES = [
     ("IB001", S("ngc2509", ["site"]), {}, None),                                    # R580 floor: minor-version compat
     ("IB001", S("ngc2503", ["site"], gpus=["A100"]), {}, None),                     # 580 >= 570.124.06
     ("IB001", S("ngc2401", ["site"]), {}, {"driver_floor": "535.104.05"}),          # CUDA 12.3 on R535: MVC
-    ("IB010", S("ngc2503", ["site"], gpus=["B200", "RTX5090"]), {}, None),
+    ("IB010 IB013", S("ngc2503", ["site"], gpus=["B200", "RTX5090"]), {}, None),
+    ("IB013", S("ngc2509", ["site"], gpus=["H100", "H200", "B200", "B300", "A100", "L40S"]), {}, None),
     ("IB011 IB012", S("ngc2401", ["site"], gpus=["V100"]), {}, None),
     ("IB020 IB021 IB023 IB025", S("fresh", ["site", "te210"]), {}, None),
     ("IB022", S("fresh", ["site", "te-shipped"], gpus=["H100", "L40S"]), {}, None),

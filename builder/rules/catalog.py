@@ -122,6 +122,12 @@ def gpus() -> dict[str, Gpu]:
             for name, rec in _data()["gpus"].items()}
 
 
+def gpu_host(name: str) -> Known:
+    """The CPU architecture of the nodes a GPU sits in: aarch64 for a Grace superchip's, else x86_64."""
+    rec = _data()["gpu_hosts"]
+    return Known("aarch64" if name in rec["aarch64"] else "x86_64", rec["source"], bool(rec["verified"]))
+
+
 @cache
 def gpu_generations() -> dict[str, tuple]:
     """{generation: compute capabilities}: volta, turing, ampere, ada, hopper, blackwell."""

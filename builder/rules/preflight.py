@@ -227,6 +227,22 @@ def gpu_below_base(ctx: Ctx) -> Iterator[Finding]:
                                "(imgbuild lock records torch's arch list)")
 
 
+@rule("IB013", "a Grace GPU on a stack built for linux/amd64")
+def gpu_host_cpu(ctx: Ctx) -> Iterator[Finding]:
+    """imgbuild builds linux/amd64 images only (builder.plan.keys.PLATFORM). A GH200, GB200 or GB300 node's CPU
+    is Grace (aarch64): an amd64 image does not start there, so a stack that names one is refused rather than
+    built for a node it cannot run on."""
+    for gpu in ctx.stack.gpus:
+        host = catalog.gpu_host(gpu.name)
+        if host.value != "x86_64":
+            yield ctx.find("IB013", "error", ctx.gpu_key(gpu),
+                           f"{gpu.name}'s nodes run an NVIDIA Grace CPU ({host.value}, linux/arm64 images); this stack "
+                           f"is built for linux/amd64, the only platform imgbuild builds, and would not start there",
+                           known=host,
+                           fix=f"name the x86 part for x86 nodes (H100 or H200 for GH200, B200 for GB200, B300 for "
+                               f"GB300); arm64 images are not built by imgbuild yet")
+
+
 # -- Transformer Engine -----------------------------------------------------------------------------
 
 @rule("IB020", "Transformer Engine build requirements: CUDA, cuDNN, torch")
