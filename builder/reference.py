@@ -63,7 +63,7 @@ KEY_DOCS = {
         "project": "A name under projects, or a list of them: each a layer at the top, in the order given.",
         "runtime": "A name under runtimes.",
         "above": "Layers installed above the projects, in order (a package into a project's virtual environment).",
-        "gpus": "Target GPUs by catalog name (A100, H100, GH200, ...): the arch lists and the GPU runners follow.",
+        "gpus": "Target GPUs by catalog name (A100, H100, H200, ...): the arch lists and the GPU runners follow.",
         "tags": "Release tag templates; fields {stack}, {date} and every version field (`imgbuild kinds` lists them).",
         "driver_floor": "This stack's partition's oldest driver, where it differs from the site's.",
         "waivers": "Findings this stack accepts: [{rule: IBxxx, reason: ...}].",
