@@ -67,6 +67,9 @@ KEY_DOCS = {
         "tags": "Release tag templates; fields {stack}, {date} and every version field (`imgbuild kinds` lists them).",
         "driver_floor": "This stack's partition's oldest driver, where it differs from the site's.",
         "waivers": "Findings this stack accepts: [{rule: IBxxx, reason: ...}].",
+        "platforms": "What it is built for: [linux/amd64], [linux/arm64] or both (one release, an OCI index of each "
+                     "platform's image). Default: its GPUs' hosts (GH200, GB200, GB300: linux/arm64; other GPUs: "
+                     "linux/amd64), linux/amd64 without GPUs.",
     },
 }
 SECTIONS = {"top": spec_mod.TOP_KEYS, "site": spec_mod.SITE_KEYS, "site.ci": ciconf.KEYS,

@@ -186,12 +186,31 @@ FAILS = [
     Fail("v100-measured-archs", S("ngc2503", ["site"], gpus=["V100"]), "IB012", "error",
          r"the base's torch has no kernels for V100 \(sm_70\)", "stacks.s.gpus[0]",
          lock=("ngc2503", {"torch_archs": "sm_75;sm_80;sm_86;sm_90;sm_100;sm_120;compute_120", "cuda": "12.8.1"})),
-    # -- IB013 a Grace GPU on linux/amd64 (issue 22: GH200 passed check --strict with exit 0) -----
-    Fail("gh200-on-amd64", S("ngc2503", ["site"], gpus=["H100", "GH200"]), "IB013", "error",
-         r"GH200's nodes run an NVIDIA Grace CPU \(aarch64, linux/arm64 images\); this stack is built for linux/amd64",
-         "stacks.s.gpus[1]"),
-    Fail("gb300-on-amd64", S("ngc2509", ["site"], gpus=["GB300"]), "IB013", "error",
+    # -- IB013 a GPU on a stack not built for its nodes' CPU (issue 22: GH200 passed check --strict) ---
+    Fail("gh200-on-amd64", S("ngc2503", ["site"], gpus=["H100", "GH200"], platforms=["linux/amd64"]), "IB013", "error",
+         r"GH200's nodes run an NVIDIA Grace CPU \(aarch64, linux/arm64 images\); this stack is built for "
+         r"linux/amd64 only", "stacks.s.gpus[1]"),
+    Fail("gb300-on-amd64", S("ngc2509", ["site"], gpus=["GB300"], platforms=["linux/amd64"]), "IB013", "error",
          r"GB300's nodes run an NVIDIA Grace CPU", "stacks.s.gpus[0]"),
+    Fail("h100-on-arm64", S("ngc2509", ["site"], gpus=["H100"], platforms=["linux/arm64"]), "IB013", "error",
+         r"H100's nodes run an x86 CPU \(x86_64, linux/amd64 images\); this stack is built for linux/arm64 only",
+         "stacks.s.gpus[0]"),
+    # -- IB014 an artifact of another platform than the layer's ------------------------------------
+    Fail("x86-wheel-in-arm64-layer", S("deb", ["cput"], gpus=[], platforms=["linux/arm64"]), "IB014", "error",
+         r"torch-2\.13\.0\+cpu-cp311-cp311-manylinux_2_28_x86_64\.whl is built for linux/amd64 \(x86_64\); stack 's' "
+         r"builds this layer for linux/arm64 too", "layers.cput.params.wheel.file"),
+    Fail("one-wheel-for-two-platforms", S("deb", ["cput"], gpus=[], platforms=["linux/amd64", "linux/arm64"]),
+         "IB014", "error", r"manylinux_2_28_x86_64\.whl is built for linux/amd64 .* for linux/arm64 too",
+         "layers.cput.params.wheel.file"),
+    Fail("wheel-list-lacks-a-platform", S("deb", ["cput2"], gpus=[], platforms=["linux/amd64", "linux/arm64"]),
+         "IB014", "error", r"names no linux/arm64 wheel, and stack 's' is built for linux/arm64 too",
+         "layers.cput2.params.wheel",
+         extra={"layers": {"cput2": {"kind": "cpu-torch", "params": {"wheel": [WHEEL]}}}}),
+    Fail("aarch64-wheel-url-on-gh200-less-stack", S("ngc2509", ["site", "pipw"]), "IB014", "error",
+         r"flash_attn-2\.8\.3\+cu12-cp312-cp312-linux_aarch64\.whl is built for linux/arm64 \(aarch64\); stack 's' "
+         r"builds this layer for linux/amd64 too", "layers.pipw.params.packages[0]",
+         extra={"layers": {"pipw": {"kind": "pip", "params": {"packages": [
+             "flash-attn @ https://example.org/flash_attn-2.8.3+cu12-cp312-cp312-linux_aarch64.whl#sha256=" + "e" * 64]}}}}),
     # -- Transformer Engine -----------------------------------------------------------------------
     Fail("te-needs-cuda-12.1", S("cu120", ["site", "te28"]), "IB020", "error",
          r"Transformer Engine 2\.8\.0 needs cuda 12\.1 or newer to build; the stack has 12\.0\.1", "layers.te28.params.version"),

@@ -67,7 +67,7 @@ stacks:
 
 CATALOG_GPUS = "catalog GPUs: V100, T4, A100"
 TOP_KEYS = "allowed: bases, layers, projects, runtimes, site, stacks, version"
-STACK_KEYS = "allowed: above, base, description, driver_floor, extends, gpus, layers, project, runtime, tags"
+STACK_KEYS = "allowed: above, base, description, driver_floor, extends, gpus, layers, platforms, project, runtime, tags"
 BASE_KEYS = "allowed: description, digest, family, image, provides, source"
 LAYER_KEYS = "allowed: description, kind, params"  # layers, projects and runtimes alike
 DS_PARAMS = "allowed: apt, libaio, ops, packages, runtime_ops, version"

@@ -22,6 +22,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from builder.load.intent import INTENTS, REF, floating, git_requirement
+from builder.load.platforms import wheel_platform
 from builder.redact import has_credentials, redact
 
 TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt",
@@ -159,6 +160,16 @@ class BoundTree(GitPin):
 class WheelPin:
     file: str
     sha256: str
+
+
+@dataclass(frozen=True)
+class WheelPins:
+    """One wheel per platform (torch's x86_64 and aarch64 builds, as a list under one parameter): each
+    platform's chain installs the one whose tags name its platform (LayerDef.for_platform)."""
+    pins: tuple   # WheelPin, each with a platform tag, one per platform
+
+    def choose(self, platform: str) -> WheelPin | None:
+        return next((p for p in self.pins if wheel_platform(p.file) == platform), None)
 
 
 @dataclass(frozen=True)
@@ -624,7 +635,32 @@ def _url_requirement(raw: str, url: str, i: int, accept: bool) -> None:
         raise ParamError(f"{raw!r}: the subdirectory may not climb out of the repository", (i,))
 
 
-def _wheel(spec: ParamSpec, value: Any) -> WheelPin:
+def _wheel(spec: ParamSpec, value: Any) -> WheelPin | WheelPins:
+    """A wheel: {file, sha256}; or a list of them, one per platform (each with its platform tag)."""
+    if isinstance(value, list):
+        if not value:
+            raise ParamError("expected a wheel ({file, sha256}) or a non-empty list of them, one per platform")
+        pins, seen = [], {}
+        for i, item in enumerate(value):
+            try:
+                pin = _one_wheel(item)
+            except ParamError as exc:
+                raise ParamError(exc.reason, (i,) + tuple(exc.path), exc.hint) from None
+            where = wheel_platform(pin.file)
+            if where is None:
+                raise ParamError(f"{pin.file!r} has no platform tag: a list names one wheel per platform "
+                                 "(manylinux_2_28_x86_64, manylinux_2_28_aarch64, ...)", (i, "file"),
+                                 hint="a wheel for every platform is one mapping, not a list")
+            if where in seen:
+                raise ParamError(f"{pin.file!r} and {seen[where]!r} are both {where} wheels: a list names one wheel "
+                                 "per platform", (i, "file"))
+            seen[where] = pin.file
+            pins.append(pin)
+        return WheelPins(tuple(pins))
+    return _one_wheel(value)
+
+
+def _one_wheel(value: Any) -> WheelPin:
     if not isinstance(value, dict) or set(value) != {"file", "sha256"}:
         raise ParamError("expected a mapping with exactly file and sha256")
     try:

@@ -16,12 +16,12 @@ from typing import Any, Callable
 from packaging.version import InvalidVersion, Version
 
 from builder.rules import catalog
-from builder.load import ciconf, versions
+from builder.load import ciconf, platforms, versions
 from builder.load.ciconf import CiSettings
 from builder.errors import SpecError, SpecErrors
 from builder.load.kinds import Kind, load_kinds
 from builder.load.intent import Intents, lock_path, read_pins, reading
-from builder.load.params import VERSION_RANGE, ParamError, files_root, not_exact, text, type_name, version
+from builder.load.params import VERSION_RANGE, ParamError, WheelPins, files_root, not_exact, text, type_name, version
 from builder.load.yamlsrc import Doc, load_file
 from builder.redact import redact
 
@@ -45,7 +45,7 @@ SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "ci"}
 BASE_KEYS = {"image", "digest", "family", "provides", "source", "description"}
 LAYER_KEYS = {"kind", "params", "description"}
 STACK_KEYS = {"extends", "description", "base", "layers", "project", "runtime", "above", "gpus", "tags",
-              "driver_floor", "waivers"}
+              "driver_floor", "waivers", "platforms"}
 WAIVER_KEYS = {"rule", "reason"}
 RULE_ID = re.compile(r"^IB[0-9]{3}\Z")
 KEY_SHOWN = re.compile(r"^[A-Za-z0-9_.+-]{1,64}\Z")   # an unknown key quoted in a message only if it looks like this
@@ -104,6 +104,26 @@ class LayerDef:
     def param(self, name: str) -> Any:
         return dict(self.params)[name]
 
+    def for_platform(self, platform: str) -> "LayerDef":
+        """The layer as one platform's chain builds it: a parameter that names one wheel per platform
+        becomes the wheel of this one. A platform without its wheel is refused (preflight IB014 says so
+        first, with the file and key)."""
+        if not any(isinstance(v, WheelPins) for _, v in self.params):
+            return self
+        params = []
+        for name, value in self.params:
+            if isinstance(value, WheelPins):
+                chosen = value.choose(platform)
+                if chosen is None:
+                    raise SpecError(f"layer {self.name!r}: {name} names no {platform} wheel "
+                                    f"({', '.join(p.file for p in value.pins)})", line=self.line,
+                                    key=f"{self.section}.{self.name}.params.{name}", rule="IB014",
+                                    hint=f"add the {platform} wheel to the list, or build the stack for "
+                                         "the platforms its wheels name")
+                value = chosen
+            params.append((name, value))
+        return replace(self, params=tuple(params))
+
 
 @dataclass(frozen=True)
 class Waiver:
@@ -126,6 +146,16 @@ class Stack:
     line: int | None
     driver_floor: str | None = None  # the stack's own, else the site's (preflight checks it against CUDA)
     waivers: tuple = ()              # Waiver: its own and those of the stacks it extends
+    declared_platforms: tuple = ()   # `platforms:` as written (its own or a stack's it extends); () if none
+
+    @property
+    def platforms(self) -> tuple:
+        """What the stack is built for: `platforms:` where given, else its GPUs' hosts (a Grace GPU's
+        nodes are linux/arm64, every other GPU's linux/amd64; both where it names both), else linux/amd64."""
+        if self.declared_platforms:
+            return self.declared_platforms
+        hosts = {platforms.of_cpu(catalog.gpu_host(g.name).value) for g in self.gpus}
+        return tuple(p for p in platforms.PLATFORMS if p in hosts) or (platforms.DEFAULT,)
 
     def compiles_cuda(self, layer: LayerDef) -> bool:
         kind = layer.kind
@@ -166,6 +196,8 @@ class Stack:
         body = {"base": [self.base.image, self.base.digest, [list(map(str, p)) for p in self.base.provides]],
                 "chain": [[d.name, d.kind.name, _jsonable(d.params)] for d in self.chain],
                 "gpus": [g.name for g in self.gpus], "tags": list(self.tags)}
+        if self.declared_platforms:   # only where written: the hashes of stacks without it stay what they were
+            body["platforms"] = list(self.declared_platforms)
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -553,7 +585,8 @@ class _Loader:
                  ("tags", lambda: self.tags(path, name, raw)),
                  ("description", lambda: self.free_text(path + ("description",), raw.get("description"))),
                  ("driver_floor", lambda: self.driver(path + ("driver_floor",), raw.get("driver_floor"))),
-                 ("waivers", lambda: self.waivers(raw.get("waivers", []))))
+                 ("waivers", lambda: self.waivers(raw.get("waivers", []))),
+                 ("platforms", lambda: self.platforms(path, raw)))
         got = {}   # part -> its value, for each part read
         for key, fn in parts:
             read, value = self.attempt(fn)
@@ -565,7 +598,8 @@ class _Loader:
             raise Skipped
         stack = Stack(name=name, description=got.get("description", ""), base=got["base"], chain=tuple(got["chain"]),
                       gpus=tuple(got["gpus"]), tags=tuple(got.get("tags", ())), line=self.doc.line(path),
-                      driver_floor=got.get("driver_floor") or site.driver_floor, waivers=got.get("waivers", ()))
+                      driver_floor=got.get("driver_floor") or site.driver_floor, waivers=got.get("waivers", ()),
+                      declared_platforms=tuple(got.get("platforms", ())))
         self.check_chain(stack, path)
         if len(got) < len(parts):
             raise Skipped
@@ -626,6 +660,26 @@ class _Loader:
             raise self.err(where, f"unknown GPU {gname!r}" + (f" (did you mean {near[0]!r}?)" if near else ""),
                            hint="catalog GPUs: " + ", ".join(catalog.gpus()))
         return catalog.gpus()[gname]
+
+    def platforms(self, path: tuple, raw: dict) -> list:
+        """`platforms: [linux/amd64, linux/arm64]`: each once, each one imgbuild builds."""
+        given = raw.get("platforms")
+        if given is None:
+            return []
+        where = path + ("platforms",)
+        if not isinstance(given, list) or not given:
+            raise self.err(where, f"expected a non-empty list of platforms, got {type_name(given)}",
+                           hint="e.g. platforms: [linux/amd64, linux/arm64]")
+        for i, item in enumerate(given):
+            if item not in platforms.PLATFORMS:
+                near = {"amd64": platforms.AMD64, "x86_64": platforms.AMD64, "arm64": platforms.ARM64,
+                        "aarch64": platforms.ARM64}.get(str(item).lower().rsplit("/", 1)[-1])
+                raise self.err(where + (i,), f"unknown platform {str(item)[:40]!r}"
+                               + (f" (did you mean {near!r}?)" if near else ""),
+                               hint="platforms imgbuild builds: " + ", ".join(platforms.PLATFORMS))
+            if item in given[:i]:
+                raise self.err(where + (i,), f"{item} is named twice")
+        return sorted(given, key=platforms.PLATFORMS.index)
 
     def tags(self, path: tuple, name: str, raw: dict) -> list:
         tags = raw.get("tags", list(DEFAULT_TAGS))

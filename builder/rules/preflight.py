@@ -16,7 +16,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from builder.rules import catalog
-from builder.load import versions
+from builder.load import platforms as plat, versions
+from builder.load.params import Download, WheelPin, WheelPins
 from builder.rules.catalog import Known, driver_tuple
 from builder.rules.facts import agree, ORIGINS, Fact, StackFacts, major_minor, resolve
 from builder.rules.findings import Finding, ordered, strict as make_strict
@@ -227,20 +228,80 @@ def gpu_below_base(ctx: Ctx) -> Iterator[Finding]:
                                "(imgbuild lock records torch's arch list)")
 
 
-@rule("IB013", "a Grace GPU on a stack built for linux/amd64")
+@rule("IB013", "a GPU whose nodes run a CPU the stack is not built for")
 def gpu_host_cpu(ctx: Ctx) -> Iterator[Finding]:
-    """imgbuild builds linux/amd64 images only (builder.plan.keys.PLATFORM). A GH200, GB200 or GB300 node's CPU
-    is Grace (aarch64): an amd64 image does not start there, so a stack that names one is refused rather than
-    built for a node it cannot run on."""
+    """A GH200, GB200 or GB300 node's CPU is Grace (aarch64), every other catalog GPU's node is x86: an image
+    built only for the other CPU does not start there. A stack without `platforms:` is built for its GPUs'
+    hosts, so this refuses only a `platforms:` that leaves one out."""
     for gpu in ctx.stack.gpus:
         host = catalog.gpu_host(gpu.name)
-        if host.value != "x86_64":
-            yield ctx.find("IB013", "error", ctx.gpu_key(gpu),
-                           f"{gpu.name}'s nodes run an NVIDIA Grace CPU ({host.value}, linux/arm64 images); this stack "
-                           f"is built for linux/amd64, the only platform imgbuild builds, and would not start there",
-                           known=host,
-                           fix=f"name the x86 part for x86 nodes (H100 or H200 for GH200, B200 for GB200, B300 for "
-                               f"GB300); arm64 images are not built by imgbuild yet")
+        need = plat.of_cpu(host.value)
+        if need in ctx.stack.platforms:
+            continue
+        cpu = "an NVIDIA Grace CPU" if host.value == "aarch64" else "an x86 CPU"
+        yield ctx.find("IB013", "error", ctx.gpu_key(gpu),
+                       f"{gpu.name}'s nodes run {cpu} ({host.value}, {need} images); this stack is built for "
+                       f"{plat.label(ctx.stack.platforms)} only, so its image would not start there",
+                       known=host,
+                       fix=f"add {need} to platforms: (platforms: [linux/amd64, linux/arm64] releases one index for "
+                           "both partitions), or name the GPU of the nodes it is for")
+
+
+@rule("IB014", "an artifact built for another platform than the layer")
+def artifact_platform(ctx: Ctx) -> Iterator[Finding]:
+    """A wheel's platform tag (manylinux_2_28_x86_64), a download's CPU word (linux-aarch64, _sbsa): such an
+    artifact runs on one platform only, and every layer of a stack is built for each of the stack's
+    platforms. A list of wheels (one per platform) must name a wheel for each, and none for another."""
+    want = ctx.stack.platforms
+    for layer in ctx.stack.chain:
+        for pname, value in layer.params:
+            if isinstance(value, WheelPins):
+                have = {plat.wheel_platform(p.file): i for i, p in enumerate(value.pins)}
+                for platform, i in have.items():
+                    if platform not in want:
+                        yield ctx.find("IB014", "error", ctx.layer_key(layer, pname, i, "file"),
+                                       f"{value.pins[i].file} is a {platform} wheel; stack {ctx.stack.name!r} is built "
+                                       f"for {plat.label(want)}", source=WHEEL_TAGS,
+                                       fix=f"add {platform} to the stack's platforms, or remove the wheel")
+                for platform in want:
+                    if platform not in have:
+                        yield ctx.find("IB014", "error", ctx.layer_key(layer, pname),
+                                       f"names no {platform} wheel, and stack {ctx.stack.name!r} is built for "
+                                       f"{platform} too ({', '.join(p.file for p in value.pins)})", source=WHEEL_TAGS,
+                                       fix=f"add the {platform} wheel (its tag: manylinux_2_28_{plat.CPU[platform]})")
+                continue
+            for key, name in _artifacts(pname, value):
+                platform = plat.artifact_platform(name)
+                wrong = [p for p in want if platform is not None and p != platform]
+                if wrong:
+                    yield ctx.find("IB014", "error", ctx.layer_key(layer, *key),
+                                   f"{name.split('#', 1)[0].rsplit('/', 1)[-1][:120]} is built for {platform} "
+                                   f"({plat.CPU[platform]}); "
+                                   f"stack {ctx.stack.name!r} builds this layer for {plat.label(wrong)} too",
+                                   source=WHEEL_TAGS if name.split("#", 1)[0].endswith(".whl") else NAME_WORDS,
+                                   fix=("for a stack of several platforms, name one wheel per platform as a list"
+                                        if isinstance(value, WheelPin) else
+                                        f"use the {plat.label(wrong)} artifact, or build the stack for {platform} only"))
+
+
+WHEEL_TAGS = ("the wheel's platform tag (PEP 425/600: manylinux_2_28_x86_64 runs on linux x86_64 only, "
+              "manylinux_2_28_aarch64 on linux aarch64 only)")
+NAME_WORDS = "the CPU its file name names (x86_64/amd64/x64: linux/amd64; aarch64/arm64/sbsa: linux/arm64)"
+
+
+def _artifacts(pname: str, value) -> Iterator[tuple]:
+    """(key under params, file name or URL) of each artifact a parameter value names: a wheel, a download,
+    a requirement by URL."""
+    if isinstance(value, WheelPin):
+        yield (pname, "file"), value.file
+    elif isinstance(value, Download):
+        yield (pname,), value.url
+    elif isinstance(value, tuple):
+        for i, item in enumerate(value):
+            if isinstance(item, Download):
+                yield (pname, i, "url"), item.url
+            elif isinstance(item, str) and "://" in item:
+                yield (pname, i), item.split(" @ ", 1)[-1].strip()
 
 
 # -- Transformer Engine -----------------------------------------------------------------------------
