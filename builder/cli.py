@@ -15,6 +15,7 @@ import typer
 from builder import __version__
 from builder.errors import ImgbuildError, Interrupted, PreflightError, SpecError, SpecErrors
 from builder.plan.keys import KEY_LEN, image_ref, make_plan
+from builder.load.platforms import PLATFORMS
 from builder.load.spec import Spec, load_spec
 from builder.redact import redact
 from builder.textsafe import terminal
@@ -134,6 +135,15 @@ def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
                f"{result.summary} ({result.facts})")
 
 
+def _chains(plan, name: str):
+    """(node, position in its chain, file name suffix) of every platform's chain of a stack, platforms in
+    order. The suffix (.arm64) tells the chains of a stack of several platforms apart; a stack of one has none."""
+    several = len(plan.platforms(name)) > 1
+    for platform in plan.platforms(name):
+        for i, node in enumerate(plan.chain(name, platform)):
+            yield node, i, f".{platform.split('/', 1)[1]}" if several else ""
+
+
 @app.command()
 def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
            kinds: Optional[List[Path]] = KindsOpt,
@@ -154,12 +164,12 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
     if not out:
         plan = make_plan(spec, names)
         for name in names:
-            for i, node in enumerate(plan.chain(name)):
+            for node, i, _ in _chains(plan, name):
                 if not as_json:
-                    echo(f"# ==== {name} / {i:02d} {node.name} (key {node.short})")
+                    echo(f"# ==== {name} / {i:02d} {node.name} (key {node.short}, {node.platform})")
                     echo(node.dockerfile)
-        reply({"stacks": {name: [{"layer": n.name, "key": n.short, "dockerfile": n.dockerfile}
-                                 for n in plan.chain(name)] for name in names}})
+        reply({"stacks": {name: [{"layer": n.name, "key": n.short, "platform": n.platform, "dockerfile": n.dockerfile}
+                                 for n, _, _ in _chains(plan, name)] for name in names}})
         return
     written: list[str] = []
     from builder.plan import bake
@@ -175,8 +185,8 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
     # Never through a link, never over a file; each file written whole (temporary name, then rename).
     with OutDir(out) as folder:
         for name in names:
-            for i, node in enumerate(plan.chain(name)):
-                written.append(str(folder.write(name, f"{i:02d}-{node.name}.Dockerfile", node.dockerfile)))
+            for node, i, suffix in _chains(plan, name):
+                written.append(str(folder.write(name, f"{i:02d}-{node.name}{suffix}.Dockerfile", node.dockerfile)))
         if context:
             from builder.ship.hostconf import HostConf
             from builder.ship.pipeline import assemble_context
@@ -221,10 +231,11 @@ def plan(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_:
                    "or `imgbuild build` resolves it")
     for name in names:
         stack = spec.stack(name)
-        echo(f"{name}  (base {stack.base.ref(spec.site)}; gpus {','.join(g.name for g in stack.gpus) or 'none'})")
-        for node in result.chain(name):
+        echo(f"{name}  (base {stack.base.ref(spec.site)}; gpus {','.join(g.name for g in stack.gpus) or 'none'}; "
+             f"platforms {','.join(stack.platforms)})")
+        for node, _, _ in _chains(result, name):
             shared = [s for s in result.users[node.key] if s != name]
-            echo(f"  {node.short}  {node.name:<22} {node.layer.kind.name:<18}"
+            echo(f"  {node.short}  {node.name:<22} {node.layer.kind.name:<18} {node.platform:<12}"
                        + (f" shared with {', '.join(shared)}" if shared else ""))
             if explain:
                 echo(f"      image {image_ref(spec, node)}")
@@ -437,6 +448,8 @@ def diff(targets: List[str] = typer.Argument(..., show_default=False,
                                                                  "registry (found: reused)."),
          offline: bool = typer.Option(False, "--offline", help="Spec diff: ask no registry, not even for mirrored "
                                       "bases (their keys stay provisional)."),
+         platform: Optional[str] = typer.Option(None, "--platform", help="Image diff: the entry of a multi-platform "
+                                                "release to compare (default linux/amd64, or its only one)."),
          kinds: Optional[List[Path]] = KindsOpt) -> None:
     """What a change to stacks.yaml does to the layer images, or what differs between two built images.
     Exit 0 when equal, 1 when different, 2 on error (so that CI can gate on it)."""
@@ -453,7 +466,9 @@ def diff(targets: List[str] = typer.Argument(..., show_default=False,
             if len(targets) != 2:
                 raise DiffError(f"an image diff compares two images; {len(targets)} given")
             site = load_spec(file).site if any("/" not in t for t in targets) else None
-            result = diff_images(targets[0], targets[1], site)
+            if platform is not None and platform not in PLATFORMS:
+                raise DiffError(f"--platform {platform!r}: not one imgbuild builds ({', '.join(PLATFORMS)})")
+            result = diff_images(targets[0], targets[1], site, platform)
         else:
             from builder.diff.specdiff import diff_revisions
             if len(targets) > 2:

@@ -71,7 +71,7 @@ def test_bake_file_wires_every_layer(path, tmp_path):
 
 
 def build_lines(script: str) -> list[list[str]]:
-    """The `build TARGET IMAGE PARENT ARGS...` calls of build.sh, in order, as bash would split them."""
+    """The `build TARGET PLATFORM IMAGE PARENT ARGS...` calls of build.sh, in order, as bash would split them."""
     calls = []
     for line in script.splitlines():
         m = re.match(r'^if \[ -n "\$\{want\[([A-Za-z0-9_-]+)\]:-\}" \]; then build (.*); fi$', line)
@@ -94,9 +94,9 @@ def test_build_script_is_bash_and_builds_parents_first(path, tmp_path):
     calls = build_lines(text)
     assert [c[0] for c in calls] == list(data["target"])      # every node once, in plan order
     built: set = set()
-    for target, image, parent, *args in calls:
+    for target, platform, image, parent, *args in calls:
         t = data["target"][target]
-        assert [image] == t["tags"] and parent == t["args"]["PARENT"]
+        assert [image] == t["tags"] and parent == t["args"]["PARENT"] and [platform] == t["platforms"]
         assert dict(a.split("=", 1) for a in args) == {k: v for k, v in t["args"].items() if k != "PARENT"}
         if "contexts" in t:
             assert parent in built, f"{target} is built before its parent {parent}"

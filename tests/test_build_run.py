@@ -98,12 +98,14 @@ class FakeEngine:
         self.built: list = []        # layer names, in build order
         self.validated: list = []    # layer names, in validation order
         self.failing: set = set()    # (layer name or "*", check id) that fail when judged
+        self.platforms: list = []    # (layer name, platform) of each build, in build order
 
     def has_gpu(self):
         return False
 
     def build(self, req, log, progress=lambda line: None):
         self.built.append(req.labels["org.opencontainers.image.title"])
+        self.platforms.append((req.labels["org.opencontainers.image.title"], req.platform))
         self.images[req.tag] = dict(req.labels)
 
     def tag(self, src, dst):
@@ -118,7 +120,7 @@ class FakeEngine:
                                       "digest": config, "size": 1}, "layers": []}).encode()
         self.registry.put_manifest(repo, tag, body, DOCKER_V2)
 
-    def pull(self, ref):
+    def pull(self, ref, platform=None):
         pass
 
     def remove(self, *refs):
@@ -141,18 +143,19 @@ def world(tmp_path, monkeypatch):
     reg = MemRegistry()
     engine = FakeEngine(reg)
 
-    def run_checks(eng, image, checks, gpu):
+    def run_checks(eng, image, checks, gpu, platform=None, emulated=None):
         name = layer_of(image)
         eng.validated.append(name)
         results = []
         for c in checks:
             if c.gpu and not gpu:
                 results.append(CheckResult(c.id, "skipped", "skipped: needs a GPU", True))
-            elif (name, c.id) in eng.failing or ("*", c.id) in eng.failing:
+            elif {(name, c.id), ("*", c.id), (name, c.id, platform)} & eng.failing:
                 results.append(CheckResult(c.id, "failed", f"{c.id} failed in {name}", c.gpu))
             else:
                 results.append(CheckResult(c.id, "passed", "ok", c.gpu))
-        return results, {"dists": {"torch": "2.13.0+cpu", "deepspeed": "0.19.8"}, "python": "3.11.2"}
+        torch = eng.torch.get(platform, "2.13.0+cpu") if hasattr(eng, "torch") else "2.13.0+cpu"
+        return results, {"dists": {"torch": torch, "deepspeed": "0.19.8"}, "python": "3.11.2"}
 
     monkeypatch.setattr(build_mod, "run_checks", run_checks)
     # syft reads images from a real registry (test_docker_nodecheck.py); here the SBOM is a fixed document.
@@ -585,7 +588,7 @@ def test_a_child_built_early_is_not_published_when_its_parent_then_fails(world, 
             engine.failing.add(("ds-0.19.8-cpu", "deepspeed.import"))
         judge = build_mod.run_checks
 
-        def run_checks(eng, image, checks, gpu):
+        def run_checks(eng, image, checks, gpu, platform=None, emulated=None):
             if "cpu-torch-2.13" in image:
                 assert built("ds-0.19.8-cpu").wait(10)   # the child is built before its parent is judged
             return judge(eng, image, checks, gpu)
@@ -820,3 +823,88 @@ def test_a_failed_layer_holds_back_only_the_stacks_that_contain_it(world, tmp_pa
     assert not report.ok and "no tag of cpu-bad was moved (released: cpu-smoke)" in report.error
     assert set(report.tags) == {"cpu-smoke"} and None not in released(reg, spec).values()
     assert reg.manifest_digest(release_repo(spec.site.namespace, "cpu-bad"), "cpu-bad") is None
+
+
+# -- several platforms: one release names every platform, or none ------------------------------------
+
+ARM_WHEEL = {"file": "torch-2.10.0-cp311-cp311-manylinux_2_28_aarch64.whl",
+             "sha256": "3282d9febd1e4e476630a099692b44fdc214ee9bf8ee5377732d9d9dfe5712e4"}
+BOTH = {"debian-bookworm": {"linux/amd64": "sha256:" + "ab" * 32, "linux/arm64": "sha256:" + "cd" * 32}}
+
+
+def two_platforms(data):
+    data["stacks"]["cpu-smoke"]["platforms"] = ["linux/amd64", "linux/arm64"]
+    data["stacks"]["cpu-smoke"]["tags"] = ["{stack}", "{stack}-{date}", "{stack}-ds{deepspeed}"]
+    torch = data["layers"]["cpu-torch-2.13"]["params"]
+    torch["wheel"] = [torch["wheel"], ARM_WHEEL]
+
+
+def run_both(builder, spec):
+    plan = make_plan(spec, ["cpu-smoke"], BOTH)
+    return builder(spec).run(plan, ["cpu-smoke"], date="2026.12.01"), plan
+
+
+def test_a_stack_of_two_platforms_is_released_as_one_index_of_its_two_images(world, tmp_path):
+    reg, engine, builder = world
+    spec = spec_for(tmp_path, "both", two_platforms)
+    report, plan = run_both(builder, spec)
+    assert report.ok, report.error
+    # Each (layer, platform) is its own node, built for its platform, on its own base digest.
+    assert sorted(engine.platforms) == sorted((n.name, p) for p in ("linux/amd64", "linux/arm64")
+                                              for n in plan.chain("cpu-smoke", p))
+    amd, arm = plan.top("cpu-smoke", "linux/amd64"), plan.top("cpu-smoke", "linux/arm64")
+    assert amd.key != arm.key and amd.inputs["platform"] == "linux/amd64" and arm.inputs["platform"] == "linux/arm64"
+    assert plan.chain("cpu-smoke", "linux/arm64")[0].base_ref.endswith("@sha256:" + "cd" * 32)
+    assert plan.chain("cpu-smoke", "linux/arm64")[0].wheels["wheel"].file == ARM_WHEEL["file"]
+    repo = release_repo(spec.site.namespace, "cpu-smoke")
+    index, media_type, digest = reg.get_manifest(repo, "cpu-smoke")
+    assert media_type == "application/vnd.oci.image.index.v1+json"
+    want = {(p, reg.manifest_digest(layer_repo(spec.site.namespace, n.name), n.short))
+            for p, n in plan.tops("cpu-smoke").items()}
+    assert {(f"{m['platform']['os']}/{m['platform']['architecture']}", m["digest"]) for m in index["manifests"]} == want
+    for _, child in want:   # the index names only manifests the release repository holds
+        assert reg.get_manifest(repo, child) is not None
+    assert {reg.manifest_digest(repo, t) for t in ("cpu-smoke", "cpu-smoke-2026.12.01", "cpu-smoke-ds0.19.8")} == {digest}
+    # Released again: the same images make the same index, so the tags stay where they are.
+    puts = len(reg.puts)
+    assert run_both(builder, spec)[0].ok
+    assert reg.manifest_digest(repo, "cpu-smoke") == digest and len(reg.puts) >= puts
+
+
+@pytest.mark.parametrize("failing", ["cpu-torch-2.13", "smoke-train"])
+def test_a_failed_arm64_layer_moves_no_tag_not_even_the_amd64_images(world, tmp_path, failing):
+    reg, engine, builder = world
+    spec = spec_for(tmp_path, "both", two_platforms)
+    check = next(n for n in make_plan(spec, ["cpu-smoke"], BOTH).chain("cpu-smoke", "linux/arm64")
+                 if n.name == failing).checks[-1].id
+    for attempt in range(2):   # the failing case, twice: it never turns into a release
+        engine.failing.add((failing, check, "linux/arm64"))
+        report, plan = run_both(builder, spec)
+        assert not report.ok and report.tags == {}
+        assert "cpu-smoke" in report.error
+        assert reg.release_puts() == [], reg.release_puts()
+        # The amd64 chain passed and is in the registry, validated; only the tags wait.
+        status = {(r.layer, plan.nodes[k].platform): r.status for k, r in
+                  ((next(k for k in plan.nodes if k.startswith(r.key)), r) for r in report.nodes.values())}
+        assert all(status[(n.name, "linux/amd64")] == "passed" for n in plan.chain("cpu-smoke", "linux/amd64"))
+        assert status[(failing, "linux/arm64")] == "failed"
+    # Fixed: the same keys are released, as one index.
+    engine.failing.clear()
+    report, _ = run_both(builder, spec)
+    assert report.ok and set(report.tags["cpu-smoke"]) == {"cpu-smoke", "cpu-smoke-2026.12.01", "cpu-smoke-ds0.19.8"}
+
+
+def test_a_tag_of_a_version_that_differs_between_platforms_is_refused(world, tmp_path):
+    reg, engine, builder = world
+    engine.torch = {"linux/arm64": "2.10.0"}
+
+    def torch_tag(data):
+        two_platforms(data)
+        data["stacks"]["cpu-smoke"]["tags"] = ["{stack}", "{stack}-torch{torch}"]
+    spec = spec_for(tmp_path, "torch", torch_tag)
+    with pytest.raises(PublishError, match="tags differ between platforms"):
+        run_both(builder, spec)
+    with pytest.raises(PublishError, match=r"tags differ between platforms .*linux/amd64: cpu-smoke, "
+                                           r"cpu-smoke-torch2.13.0-cpu; linux/arm64: cpu-smoke, cpu-smoke-torch2.10.0"):
+        promote(spec, reg, make_plan(spec, ["cpu-smoke"], BOTH), ["cpu-smoke"], "2026.12.01", lambda line: None)
+    assert reg.release_puts() == []

@@ -208,7 +208,7 @@ def test_an_unresolvable_base_is_refused_without_offline(cli, tmp_path, monkeypa
         def __init__(self, host):
             pass
 
-        def verified_digest(self, repo, ref):
+        def get_manifest(self, repo, ref):
             raise RegistryError("unreachable (test)")
 
     monkeypatch.setitem(bases.resolve.__kwdefaults__, "registry", Down)

@@ -21,12 +21,12 @@ from builder.errors import DiffError
 from builder.plan.layout import layer_of_release, release_repo
 from builder.ship import oci, sbom
 from builder.ship.manifest import VOLATILE_ENV, fetch_manifest
-from builder.plan.keys import PLATFORM
+from builder.load import platforms as plat
 from builder.ship.registry import Ref, Registry, json_object
 from builder.load.spec import Site
 
 CONFIG_MAX = 8 << 20     # an image config (labels, env, history); larger ones are refused, not read
-INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
+INDEX_TYPES = oci.INDEX_TYPES
 # What a reader of a training image looks at first: the platform (torch and what it was built with);
 # every list is ordered by these, then by name. The frameworks (whatever kinds an image was built
 # from) come from the image's own manifest, so no kind is named here.
@@ -197,21 +197,24 @@ def resolve(text: str, site: Site | None) -> Ref:
     return Ref.parse(text)
 
 
-def fetch_image(reg: Registry, text: str, ref: Ref) -> Image:
+def fetch_image(reg: Registry, text: str, ref: Ref, platform: str | None = None) -> Image:
     """The image a reference names, read as untrusted data: every manifest hashed to its digest (the
     client), every field checked for its shape before use (builder.ship.oci), a config that is not an
-    object refused."""
+    object refused. An index (a release of several platforms) gives its `platform` entry: linux/amd64
+    when none is named and it has one, else its only one."""
     found = reg.get_manifest(ref.repo, ref.reference)
     if not found:
         raise DiffError(f"{ref} is not in the registry")
     manifest, media_type, digest = found
     image_digest = digest
     if media_type in INDEX_TYPES or manifest.get("mediaType") in INDEX_TYPES:
-        os_, arch = PLATFORM.split("/")
-        entry = next((m for m in oci.index_entries(manifest, f"image index {ref}")
-                      if (m.get("platform") or {}).get("os") == os_ and (m.get("platform") or {}).get("architecture") == arch), None)
+        entries = {p: m for m in oci.index_entries(manifest, f"image index {ref}")
+                   if (p := oci.platform_of(m)) is not None}
+        want = platform or (plat.DEFAULT if plat.DEFAULT in entries or len(entries) != 1 else next(iter(entries)))
+        entry = entries.get(want)
         if entry is None:
-            raise DiffError(f"{ref} has no {PLATFORM} image")
+            raise DiffError(f"{ref} has no {want} image (its index holds {', '.join(entries) or 'no platform image'})",
+                            hint="name one with --platform")
         # Read by the digest the index names: the client hashes the child to it.
         manifest, _, image_digest = reg.get_manifest(ref.repo, entry["digest"]) or ({}, "", "")
     if "config" not in manifest:
@@ -384,15 +387,16 @@ def compare(a: Image, b: Image) -> tuple[tuple, tuple]:
     return (rows if recorded["versions"].compared else ()), sections
 
 
-def diff_images(text_a: str, text_b: str, site: Site | None = None) -> ImageDiff:
-    """Compare two images in their registries; counts every byte read (the benchmark's honesty)."""
+def diff_images(text_a: str, text_b: str, site: Site | None = None, platform: str | None = None) -> ImageDiff:
+    """Compare two images in their registries (of an index, its `platform` entry: fetch_image); counts
+    every byte read (the benchmark's honesty)."""
     start = time.perf_counter()
     registries: dict[str, Registry] = {}
     images = []
     for text in (text_a, text_b):
         ref = resolve(text, site)
         reg = registries.setdefault(ref.registry, Registry(ref.registry))
-        images.append(fetch_image(reg, text, ref))
+        images.append(fetch_image(reg, text, ref, platform))
     versions, sections = compare(*images)
     return ImageDiff(images[0], images[1], versions, sections,
                      bytes_fetched=sum(r.bytes_in for r in registries.values()),

@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass
 
 from builder import __version__
-from builder.plan.keys import PLATFORM, Node, Plan, image_ref
+from builder.plan.keys import Node, Plan, image_ref
 
 NODES = "nodes"                        # DIR/nodes/TARGET: one build context per layer node
 BAKE_FILE = "docker-bake.json"
@@ -85,7 +85,7 @@ def bake_file(plan: Plan) -> dict:
         parent = parent_ref(plan, node)
         target = {"context": f"{NODES}/{name}", "dockerfile": "Dockerfile",
                   "args": {"PARENT": parent, **node.build_args}, "tags": [image_ref(plan.spec, node)],
-                  "platforms": [PLATFORM]}
+                  "platforms": [node.platform]}
         if node.parent:
             target["contexts"] = {parent: f"target:{n.targets[node.parent]}"}
         targets[name] = target
@@ -110,6 +110,8 @@ _HEAD = """\
 #   DOCKER      the CLI (default: docker); it must build with BuildKit: buildx, or a 20.10-22.x CLI
 #               with DOCKER_BUILDKIT=1 (set here unless you set it)
 #   PUSH=1      push each image after building it (a builder that cannot see the engine's images)
+#   platforms   each layer is built for its node's platform (docker build --platform); another CPU's
+#               than the engine's needs QEMU registered through binfmt_misc, and is slow
 #   secrets     none in this file. Steps that reach a package index mount optional BuildKit secrets;
 #               give them through the variables imgbuild reads: IMGBUILD_CA_BUNDLE=FILE,
 #               IMGBUILD_NETRC=FILE, IMGBUILD_PIP_INDEX_URL=URL (written to a private temporary file
@@ -125,17 +127,17 @@ trap 'if [ -n "$secret_tmp" ]; then rm -f "$secret_tmp"; fi' EXIT
 """
 
 _BUILD = """
-build() {  # TARGET IMAGE PARENT [BUILD-ARG...]
-  local target=$1 image=$2 parent=$3
-  shift 3
+build() {  # TARGET PLATFORM IMAGE PARENT [BUILD-ARG...]
+  local target=$1 platform=$2 image=$3 parent=$4
+  shift 4
   if [ ! -f "nodes/$target/Dockerfile" ]; then
     echo "build.sh: nodes/$target holds no build context; run imgbuild render --out DIR --context" >&2
     exit 2
   fi
-  echo "==> $target: $image (FROM $parent)" >&2
+  echo "==> $target: $image for $platform (FROM $parent)" >&2
   local args=()
   for arg in "$@"; do args+=(--build-arg "$arg"); done
-  "$DOCKER" build --file "nodes/$target/Dockerfile" --build-arg "PARENT=$parent" ${args[@]+"${args[@]}"} \\
+  "$DOCKER" build --platform "$platform" --file "nodes/$target/Dockerfile" --build-arg "PARENT=$parent" ${args[@]+"${args[@]}"} \\
     ${secrets[@]+"${secrets[@]}"} --tag "$image" "nodes/$target"
   if [ "${PUSH:-0}" = 1 ]; then "$DOCKER" push "$image"; fi
 }
@@ -175,7 +177,7 @@ def build_script(plan: Plan) -> str:
               "done", ""]
     for key, node in plan.nodes.items():
         target = n.targets[key]
-        words = [target, image_ref(plan.spec, node), parent_ref(plan, node),
+        words = [target, node.platform, image_ref(plan.spec, node), parent_ref(plan, node),
                  *(f"{k}={v}" for k, v in node.build_args.items())]
         lines.append(f'if [ -n "${{want[{target}]:-}}" ]; then build {" ".join(q(w) for w in words)}; fi')
     lines.append('echo "build.sh: done" >&2')

@@ -22,11 +22,11 @@ from builder.plan.layout import layer_repo
 from builder.load.intent import UNPINNED_DOWNLOAD, layer_intents, lock_path, unresolved_refs
 from builder.plan.lockfile import load_lock
 from builder.plan import pinning
+from builder.load import platforms as plat
 from builder.load.params import FileRef, GitPin, Uninstall, WheelPin
 from builder.plan.render import CudaTargets, render_layer
 from builder.load.spec import LayerDef, Spec, Stack
 
-PLATFORM = "linux/amd64"
 KEY_LEN = 32  # hex digits kept in tags; 128 bits
 
 
@@ -41,8 +41,9 @@ class Node:
     parent: str | None          # parent node key; None for the node on the base image
     base_ref: str | None        # the base image reference (with digest when known) for root nodes
     dockerfile: str
-    inputs: dict = field(hash=False, compare=False)   # input name -> value or digest (what makes the key)
-    build_args: dict = field(hash=False, compare=False)
+    platform: str = plat.DEFAULT   # what it is built for (an input of the key): each platform has its own chain
+    inputs: dict = field(default_factory=dict, hash=False, compare=False)   # input name -> value or digest (what makes the key)
+    build_args: dict = field(default_factory=dict, hash=False, compare=False)
     checks: tuple = ()          # CheckSpec with resolved args: its own and those of every layer beneath
     # The requirements file of each pip command, where the lock file resolved this layer's pip set
     # (builder.plan.pinning): the build installs exactly that. Empty: pip resolves at build time.
@@ -75,15 +76,26 @@ class Node:
 class Plan:
     spec: Spec
     nodes: dict = field(default_factory=dict)     # key -> Node, in build order (parents first)
-    stacks: dict = field(default_factory=dict)    # stack name -> tuple of node keys, bottom to top
+    # stack name -> every node key of the stack: each platform's chain, bottom to top, platforms in order.
+    # A stack is released when all of them passed (one failed arm64 layer holds back its amd64 image too).
+    stacks: dict = field(default_factory=dict)
+    chains: dict = field(default_factory=dict)    # (stack name, platform) -> tuple of node keys, bottom to top
     users: dict = field(default_factory=dict)     # key -> [stack names]
     unresolved: set = field(default_factory=set)  # base names whose digest is not known
 
-    def chain(self, stack: str) -> list[Node]:
-        return [self.nodes[k] for k in self.stacks[stack]]
+    def platforms(self, stack: str) -> tuple:
+        return tuple(p for s, p in self.chains if s == stack)
 
-    def top(self, stack: str) -> Node:
-        return self.nodes[self.stacks[stack][-1]]
+    def chain(self, stack: str, platform: str | None = None) -> list[Node]:
+        """One platform's chain of the stack (its first platform's when None: the only one of most stacks)."""
+        return [self.nodes[k] for k in self.chains[(stack, platform or self.platforms(stack)[0])]]
+
+    def top(self, stack: str, platform: str | None = None) -> Node:
+        return self.chain(stack, platform)[-1]
+
+    def tops(self, stack: str) -> dict:
+        """platform -> the top node of that platform's chain."""
+        return {p: self.top(stack, p) for p in self.platforms(stack)}
 
     def to_json(self) -> dict:
         """The DAG for machines (a CI matrix): nodes parents-first, each with its inputs and users."""
@@ -94,10 +106,12 @@ class Plan:
             "keys_final": not self.unresolved,
             "unresolved_bases": sorted(self.unresolved),
             "stacks": {name: {"nodes": [k[:KEY_LEN] for k in keys], "tags": list(self.spec.stacks[name].tags),
+                              "platforms": list(self.platforms(name)),
+                              "chains": {p: [k[:KEY_LEN] for k in self.chains[(name, p)]] for p in self.platforms(name)},
                               "spec_hash": self.spec.stacks[name].spec_hash()}
                        for name, keys in self.stacks.items()},
             "nodes": [
-                {"key": n.short, "full_key": n.key, "layer": n.name, "kind": n.layer.kind.name,
+                {"key": n.short, "full_key": n.key, "layer": n.name, "kind": n.layer.kind.name, "platform": n.platform,
                  "parent": n.parent[:KEY_LEN] if n.parent else None, "base": n.base_ref,
                  "image": image_ref(self.spec, n), "stacks": self.users[n.key], "inputs": n.inputs,
                  "params": n.params,
@@ -176,18 +190,22 @@ def lock_check(layer: LayerDef, entry) -> CheckSpec:
 PARAM_REF = re.compile(r"\{param:([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def base_ref(spec: Spec, stack: Stack, digests: dict) -> tuple[str, bool]:
-    """The base reference used in FROM and in the key; False when its digest is not known yet."""
+def base_ref(spec: Spec, stack: Stack, digests: dict, platform: str = plat.DEFAULT) -> tuple[str, bool]:
+    """The base reference used in FROM and in the key, for one platform; False when its digest is not known
+    yet. digests maps a base name to a digest (one image, or an index BuildKit picks the platform from)
+    or to {platform: digest} (the entries of its index, builder.ship.bases)."""
     ref = stack.base.ref(spec.site)
-    digest = digests.get(stack.base.name) or stack.base.digest
+    found = digests.get(stack.base.name)
+    digest = (found.get(platform) if isinstance(found, dict) else found) or stack.base.digest
     return (f"{ref}@{digest}", True) if digest else (ref, False)
 
 
-def node_inputs(spec: Spec, stack: Stack, layer: LayerDef, parent: str, text: str) -> tuple[dict, dict]:
+def node_inputs(spec: Spec, stack: Stack, layer: LayerDef, parent: str, text: str,
+                platform: str = plat.DEFAULT) -> tuple[dict, dict]:
     build_args = CudaTargets.of(stack, layer).build_args() if stack.compiles_cuda(layer) else {}
     inputs = {
         "builder_version": __version__,
-        "platform": PLATFORM,
+        "platform": platform,
         "parent": parent,
         "dockerfile": sha256(text),
         "files": {rel: f"{digest}:{mode}" for rel, digest, mode in layer.kind.files},
@@ -206,10 +224,11 @@ def make_key(inputs: dict) -> str:
     return sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")))
 
 
-def python_entry(lock, stack: Stack, layer: LayerDef):
-    """The lock file's resolved pip set for a layer in this stack, where it was resolved for the layer as
-    stacks.yaml defines it now (it and every layer beneath it, the base as named); else None."""
-    return lock.python_for(layer.name, stack.layer_definition(layer.name, None)) if lock is not None else None
+def python_entry(lock, stack: Stack, layer: LayerDef, platform: str = plat.DEFAULT):
+    """The lock file's resolved pip set for a layer in this stack on this platform, where it was resolved for
+    the layer as stacks.yaml defines it now (it and every layer beneath it, the base as named); else None."""
+    return (lock.python_for(layer.name, stack.layer_definition(layer.name, None), platform)
+            if lock is not None else None)
 
 
 def refuse_intent(spec: Spec, lock, layer: LayerDef, entry) -> None:
@@ -251,41 +270,53 @@ def make_plan(spec: Spec, stacks: Iterable[str] | None = None, digests: dict | N
     texts: dict = {}
     for name in (stacks if stacks is not None else spec.stacks):
         stack = spec.stack(name)
-        ref, known = base_ref(spec, stack, digests)
-        if not known:
-            plan.unresolved.add(stack.base.name)
-        parent_key: str | None = None
-        checks: tuple = ()
-        keys = []
-        for layer in stack.chain:
-            memo = (layer.name, stack.base.name, stack.arch_list if stack.compiles_cuda(layer) else None)
-            if memo not in texts:
-                texts[memo] = render_layer(spec, stack, layer)
-            text, locked = texts[memo], ()
-            entry = python_entry(lock, stack, layer)
-            if entry is not None:
-                try:
-                    text, locked = pinning.pinned(text, entry)
-                except ValueError:
-                    entry = None   # resolved for another rendering of the layer: not this one's set
-            if not intent:
-                refuse_intent(spec, lock, layer, entry)
-            parent_input = parent_key or f"base:{ref}"
-            inputs, build_args = node_inputs(spec, stack, layer, parent_input, text)
-            if entry is not None:   # the set itself, not only the file that names it
-                inputs["python"] = pinning.digest(entry)
-            key = make_key(inputs)
-            checks = checks + tuple(_resolve_args(c, layer, stack) for c in layer.kind.checks)
-            if entry is not None:
-                checks += (lock_check(layer, entry),)
-            if key not in plan.nodes:
-                plan.nodes[key] = Node(key=key, layer=layer, parent=parent_key,
-                                       base_ref=None if parent_key else ref, dockerfile=text,
-                                       inputs=inputs, build_args=build_args, checks=checks, locked=locked)
-                plan.users[key] = []
-            if name not in plan.users[key]:
-                plan.users[key].append(name)
-            keys.append(key)
-            parent_key = key
-        plan.stacks[name] = tuple(keys)
+        every: list = []
+        for platform in stack.platforms:
+            keys = _plan_chain(plan, spec, stack, platform, digests, lock, intent, texts)
+            plan.chains[(name, platform)] = tuple(keys)
+            every += keys
+        plan.stacks[name] = tuple(every)
     return plan
+
+
+def _plan_chain(plan: Plan, spec: Spec, stack: Stack, platform: str, digests: dict, lock, intent: bool,
+                texts: dict) -> list:
+    """One platform's chain of a stack into the plan: its node keys, bottom to top."""
+    ref, known = base_ref(spec, stack, digests, platform)
+    if not known:
+        plan.unresolved.add(stack.base.name)
+    parent_key: str | None = None
+    checks: tuple = ()
+    keys = []
+    for layer in stack.chain:
+        layer = layer.for_platform(platform)
+        memo = (layer.name, stack.base.name, stack.arch_list if stack.compiles_cuda(layer) else None, platform)
+        if memo not in texts:
+            texts[memo] = render_layer(spec, stack, layer)
+        text, locked = texts[memo], ()
+        entry = python_entry(lock, stack, layer, platform)
+        if entry is not None:
+            try:
+                text, locked = pinning.pinned(text, entry)
+            except ValueError:
+                entry = None   # resolved for another rendering of the layer: not this one's set
+        if not intent:
+            refuse_intent(spec, lock, layer, entry)
+        parent_input = parent_key or f"base:{ref}"
+        inputs, build_args = node_inputs(spec, stack, layer, parent_input, text, platform)
+        if entry is not None:   # the set itself, not only the file that names it
+            inputs["python"] = pinning.digest(entry)
+        key = make_key(inputs)
+        checks = checks + tuple(_resolve_args(c, layer, stack) for c in layer.kind.checks)
+        if entry is not None:
+            checks += (lock_check(layer, entry),)
+        if key not in plan.nodes:
+            plan.nodes[key] = Node(key=key, layer=layer, parent=parent_key,
+                                   base_ref=None if parent_key else ref, dockerfile=text, platform=platform,
+                                   inputs=inputs, build_args=build_args, checks=checks, locked=locked)
+            plan.users[key] = []
+        if stack.name not in plan.users[key]:
+            plan.users[key].append(stack.name)
+        keys.append(key)
+        parent_key = key
+    return keys

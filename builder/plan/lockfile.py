@@ -19,6 +19,7 @@ from packaging.version import Version
 
 from builder.errors import SpecError
 from builder.load.intent import HOST_PINNED, layer_intents, lock_path
+from builder.load.platforms import DEFAULT as DEFAULT_PLATFORM, PLATFORMS
 
 LOCK_VERSION = 1
 
@@ -29,6 +30,23 @@ class LockedBase:
     digest: str
     probed: str
     facts: dict     # name -> str, or None: measured and not installed; a missing name was not measured
+    # Where the image is an index: platform -> LockedPlatform, each entry's own digest and measurements
+    # (NGC's arm64 image has its own digest, and may hold other versions than its amd64 one).
+    platforms: dict = field(default_factory=dict)
+
+    def digests(self):
+        """What plan keys a chain on: {platform: digest} of an index's entries, else the one digest."""
+        return {p: e.digest for p, e in self.platforms.items()} if self.platforms else self.digest
+
+    def facts_for(self, platform: str) -> dict:
+        entry = self.platforms.get(platform)
+        return entry.facts if entry is not None else self.facts
+
+
+@dataclass(frozen=True)
+class LockedPlatform:
+    digest: str
+    facts: dict
 
 
 @dataclass(frozen=True)
@@ -64,6 +82,7 @@ class LockedPython:
     resolved: str
     steps: tuple    # tuple (per pip command) of tuple of LockedDist
     intents: tuple = ()   # ((intent, locked), ...): each floating value of stacks.yaml and its exact form
+    platform: str = DEFAULT_PLATFORM   # resolved for this platform: wheels and hashes differ between them
 
     def dists(self) -> dict:
         """Every distribution the layer installs: canonical name -> LockedDist (a later command wins)."""
@@ -99,9 +118,11 @@ class Lock:
     sources: tuple = ()                          # LockedSource, sorted by repo and ref
     downloads: tuple = ()                        # LockedDownload, sorted by URL
 
-    def python_for(self, name: str, definition: str):
-        """The entry of layer `name` resolved for this definition of it (its chain beneath), or None."""
-        return next((e for e in self.python_all.get(name, ()) if e.definition == definition), None)
+    def python_for(self, name: str, definition: str, platform: str = DEFAULT_PLATFORM):
+        """The entry of layer `name` resolved for this definition of it (its chain beneath) on this
+        platform, or None."""
+        return next((e for e in self.python_all.get(name, ())
+                     if e.definition == definition and e.platform == platform), None)
 
     def base_digest(self, base, site) -> str | None:
         """The digest the lock resolved `base` to, where its entry is for the base as named now."""
@@ -118,7 +139,7 @@ def load_lock(spec_file: str | Path) -> Lock | None:
         if data.get("version") != LOCK_VERSION or not isinstance(data.get("bases"), dict):
             raise ValueError(f"expected version: {LOCK_VERSION} and a bases mapping")
         bases = {name: LockedBase(image=str(rec["image"]), digest=str(rec["digest"]), probed=str(rec["probed"]),
-                                  facts=_facts(rec))
+                                  facts=_facts(rec), platforms=_platforms(rec))
                  for name, rec in data["bases"].items()}
         layers = {name: LockedLayer(image=str(rec["image"]), digest=str(rec["digest"]), probed=str(rec["probed"]),
                                     definition=str(rec["definition"]), facts=_facts(rec))
@@ -174,8 +195,24 @@ def _python(rec: dict) -> LockedPython:
                                     direct=bool(d.get("direct"))))
         steps.append(tuple(dists))
     intents = tuple((str(i["intent"]), str(i["locked"])) for i in rec.get("intents") or [])
+    platform = str(rec.get("platform", DEFAULT_PLATFORM))
+    if platform not in PLATFORMS:
+        raise ValueError(f"python: {str(rec.get('stack'))[:80]}: platform {platform[:40]!r} is not one imgbuild builds")
     return LockedPython(stack=str(rec["stack"]), parent=str(rec["parent"]), definition=str(rec["definition"]),
-                        resolved=str(rec["resolved"]), steps=tuple(steps), intents=intents)
+                        resolved=str(rec["resolved"]), steps=tuple(steps), intents=intents, platform=platform)
+
+
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+
+
+def _platforms(rec: dict) -> dict:
+    out = {}
+    for platform, entry in (rec.get("platforms") or {}).items():
+        if platform not in PLATFORMS or not DIGEST.match(str(entry["digest"])):
+            raise ValueError(f"bases: {str(rec.get('image'))[:120]}: platforms.{str(platform)[:40]} is not a platform "
+                             "imgbuild builds with a sha256 digest")
+        out[str(platform)] = LockedPlatform(digest=str(entry["digest"]), facts=_facts(entry))
+    return out
 
 
 def stale_entries(spec) -> list[str]:
@@ -213,10 +250,13 @@ def stale_entries(spec) -> list[str]:
         for layer in stack.chain:
             floating = [i for i in layer_intents(layer) if i[2] not in HOST_PINNED]
             definition = stack.layer_definition(layer.name, None)
-            if floating and not lock.python_for(layer.name, definition) and (layer.name, definition) not in seen:
-                seen.add((layer.name, definition))
-                out.append(f"python.{layer.name}: missing: {floating[0][1]!r} floats ({floating[0][2]}); run imgbuild "
-                           f"lock python={layer.name} (or stack={stack.name})")
+            for platform in stack.platforms:
+                if floating and not lock.python_for(layer.name, definition, platform) and \
+                        (layer.name, definition, platform) not in seen:
+                    seen.add((layer.name, definition, platform))
+                    on = "" if platform == DEFAULT_PLATFORM else f" on {platform}"
+                    out.append(f"python.{layer.name}: missing{on}: {floating[0][1]!r} floats ({floating[0][2]}); run "
+                               f"imgbuild lock python={layer.name} (or stack={stack.name})")
     return out
 
 
@@ -224,4 +264,4 @@ def _facts(rec: dict) -> dict:
     return {k: None if v is None else str(v) for k, v in (rec.get("facts") or {}).items()}
 
 
-__all__ = ["Lock", "LockedBase", "LockedDist", "LockedLayer", "LockedPython", "LockedSource", "LOCK_VERSION", "load_lock", "lock_path", "stale_entries"]
+__all__ = ["Lock", "LockedBase", "LockedPlatform", "LockedDist", "LockedLayer", "LockedPython", "LockedSource", "LOCK_VERSION", "load_lock", "lock_path", "stale_entries"]

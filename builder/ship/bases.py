@@ -18,6 +18,7 @@ from typing import Callable, Iterable
 
 from builder.errors import RegistryError
 from builder.plan.lockfile import load_lock
+from builder.ship.oci import platform_digests
 from builder.ship.registry import Ref, Registry
 from builder.load.spec import Spec
 
@@ -26,7 +27,8 @@ LOOKUPS = ("all", "site", "none")
 
 @dataclass
 class Resolved:
-    digests: dict = field(default_factory=dict)      # base name -> sha256 digest
+    # base name -> sha256 digest, or {platform: digest} for the entries of an index (builder.plan.keys.base_ref)
+    digests: dict = field(default_factory=dict)
     origins: dict = field(default_factory=dict)      # base name -> declared | lock | registry
     unresolved: dict = field(default_factory=dict)   # base name -> why no digest is known
 
@@ -40,12 +42,18 @@ class Resolved:
 
 
 def lock_digests(spec: Spec) -> dict:
-    """Base name -> digest recorded in the lock file, for bases whose image reference is unchanged."""
+    """Base name -> digest recorded in the lock file (or {platform: digest} where it locked an index), for
+    bases whose image reference is unchanged."""
     locked = load_lock(spec.file)
     if not locked:
         return {}
-    return {name: rec.digest for name, rec in locked.bases.items()
+    return {name: rec.digests() for name, rec in locked.bases.items()
             if name in spec.bases and rec.image == spec.bases[name].ref(spec.site)}
+
+
+def _missing(found, need: set) -> list:
+    """The platforms in `need` that a per-platform answer lacks (a single digest serves any: BuildKit picks)."""
+    return sorted(need - set(found)) if isinstance(found, dict) else []
 
 
 def resolve(spec: Spec, stacks: Iterable[str] | None = None, *, lookup: str = "all", use_lock: bool = True,
@@ -54,6 +62,10 @@ def resolve(spec: Spec, stacks: Iterable[str] | None = None, *, lookup: str = "a
     host (tests pass an in-memory one)."""
     assert lookup in LOOKUPS, lookup
     names = sorted({spec.stack(s).base.name for s in stacks} if stacks is not None else set(spec.bases))
+    # The platforms each base is needed for: an index must have an image for every one of them.
+    need: dict = {}
+    for stack in (spec.stack(s) for s in (stacks if stacks is not None else spec.stacks)):
+        need.setdefault(stack.base.name, set()).update(stack.platforms)
     locked = lock_digests(spec) if use_lock else {}
     out = Resolved()
     clients: dict = {}
@@ -62,7 +74,7 @@ def resolve(spec: Spec, stacks: Iterable[str] | None = None, *, lookup: str = "a
         if base.digest:
             out.digests[name], out.origins[name] = base.digest, "declared"
             continue
-        if name in locked:
+        if name in locked and not _missing(locked[name], need.get(name, set())):
             out.digests[name], out.origins[name] = locked[name], "lock"
             continue
         ref = Ref.parse(base.ref(spec.site))
@@ -72,14 +84,20 @@ def resolve(spec: Spec, stacks: Iterable[str] | None = None, *, lookup: str = "a
             continue
         try:
             client = clients.setdefault(ref.registry, registry(ref.registry))
-            digest = client.verified_digest(ref.repo, ref.reference)   # a key input: hashed, not believed
+            # Key inputs: every manifest hashed, not believed; an index read for each platform's image.
+            found = platform_digests(client, ref.repo, ref.reference, str(ref))
         except RegistryError as exc:
             out.unresolved[name] = f"{ref}: {exc.message}"
             continue
-        if not digest:
+        if not found:
             out.unresolved[name] = f"{ref} is not in the registry (scripts/setup-host.sh seeds the mirrored Debian base)"
             continue
-        out.digests[name], out.origins[name] = digest, "registry"
+        lacking = _missing(found[1], need.get(name, set()))
+        if lacking:
+            out.unresolved[name] = (f"{ref} has no {', '.join(lacking)} image (it holds "
+                                    f"{', '.join(sorted(found[1])) or 'no platform image'})")
+            continue
+        out.digests[name], out.origins[name] = found[1], "registry"
     return out
 
 

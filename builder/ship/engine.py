@@ -52,6 +52,7 @@ class BuildRequest:
     cache_from: Sequence[str] = ()
     network: str | None = None    # docker build --network (HostConf.network)
     output: Path | None = None    # write the result's files to this folder instead of making an image
+    platform: str | None = None   # docker build --platform: what the image is built for
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Engine:
     mode: str                      # "buildx" or "builtin"
     runner: Callable[..., Result] = _run
     env: dict = field(default_factory=lambda: dict(os.environ))
+    _platform: str | None = field(default=None, repr=False, compare=False)
 
     # -- detection ---------------------------------------------------------------------------
 
@@ -123,6 +125,8 @@ class Engine:
         else:
             argv += (["--load"] if self.mode == "buildx" else []) + ["--tag", req.tag]
         argv += ["--progress=plain", "--file", str(req.dockerfile)]
+        if req.platform:
+            argv += ["--platform", req.platform]
         for key, value in sorted(req.build_args.items()):
             argv += ["--build-arg", f"{key}={value}"]
         for key, value in sorted(req.labels.items()):
@@ -175,8 +179,11 @@ class Engine:
 
     def run_container(self, image: str, argv: Sequence[str], *, mounts: Sequence[tuple[str, str]] = (),
                       gpus: bool = False, network: bool = False, input: str | None = None,
-                      timeout: float = 900, env: dict | None = None, shm_size: str | None = None) -> Result:
+                      timeout: float = 900, env: dict | None = None, shm_size: str | None = None,
+                      platform: str | None = None) -> Result:
         cmd = ["run", "--rm", "-i"]
+        if platform:   # the image's own platform: another CPU's runs under the QEMU that binfmt_misc registered
+            cmd += ["--platform", platform]
         if not network:
             cmd += ["--network", "none"]
         if gpus:
@@ -210,8 +217,8 @@ class Engine:
                      f"retrying in {delay:g} s")
             time.sleep(delay)
 
-    def pull(self, ref: str) -> None:
-        self._ok(f"pull of {ref}", "pull", "--quiet", ref, timeout=3600)
+    def pull(self, ref: str, platform: str | None = None) -> None:
+        self._ok(f"pull of {ref}", "pull", "--quiet", *(["--platform", platform] if platform else []), ref, timeout=3600)
 
     def tag(self, src: str, dst: str) -> None:
         self._ok(f"tag {dst}", "tag", src, dst)
@@ -222,6 +229,20 @@ class Engine:
 
     def save(self, ref: str, dest: Path) -> None:
         self._ok(f"save of {ref}", "save", "--output", str(dest), ref, timeout=1800)
+
+    def platform(self) -> str:
+        """The platform the engine runs natively (its server's OS and CPU), asked once."""
+        if self._platform is None:
+            res = self._docker("version", "--format", "{{.Server.Os}}/{{.Server.Arch}}", timeout=30)
+            found = res.stdout.strip()
+            if res.returncode != 0 or "/" not in found:
+                raise EngineError(f"the Docker engine does not say its platform ({(res.stderr or found).strip()[-300:]})")
+            self._platform = found
+        return self._platform
+
+    def at(self, docker_host: str) -> "Engine":
+        """The same CLI speaking to another engine (DOCKER_HOST): a native builder of another platform."""
+        return Engine(cli=self.cli, mode=self.mode, runner=self.runner, env=dict(self.env, DOCKER_HOST=docker_host))
 
     def has_gpu(self) -> bool:
         """True when containers can get an NVIDIA GPU (an nvidia runtime and a device on the host)."""

@@ -13,7 +13,10 @@ import re
 from builder.errors import RegistryError
 from builder.ship.registry import Registry, check_digest, json_object
 
-SERIAL = re.compile(r"^[0-9]{1,18}\Z")   # ASCII digits only: str.isdigit() also takes '²' and '٣'
+SERIAL = re.compile(r"^[0-9]{1,18}\Z")
+INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
+OCI_INDEX = INDEX_TYPES[0]
+CONFIG_MAX = 8 << 20   # an image config (labels, env, history); larger ones are refused, not read   # ASCII digits only: str.isdigit() also takes '²' and '٣'
 
 
 def _field(obj: dict, key: str, kind: type, what: str, required: bool = True):
@@ -54,6 +57,43 @@ def index_entries(index: dict, what: str) -> list[dict]:
             raise RegistryError(f"{what}: manifests[{i}].platform is not an object")
         out.append(entry)
     return out
+
+
+def is_index(manifest: dict, media_type: str) -> bool:
+    return media_type in INDEX_TYPES or manifest.get("mediaType") in INDEX_TYPES
+
+
+def platform_of(entry: dict) -> str | None:
+    """An index entry's platform as os/architecture (a variant other than arm64's v8 is kept apart), or
+    None for an entry that is no platform's image (BuildKit's attestations say unknown/unknown)."""
+    p = entry.get("platform") or {}
+    os_, arch = p.get("os"), p.get("architecture")
+    if not isinstance(os_, str) or not isinstance(arch, str) or "unknown" in (os_, arch):
+        return None
+    variant = p.get("variant")
+    return f"{os_}/{arch}" + (f"/{variant}" if isinstance(variant, str) and variant and variant != "v8" else "")
+
+
+def platform_digests(reg: Registry, repo: str, reference: str, what: str) -> tuple[str, dict] | None:
+    """(digest of what `reference` names, {platform: image manifest digest}), or None when absent. An index
+    lists its entries; a single image is one entry, its platform read from its config."""
+    found = reg.get_manifest(repo, reference)
+    if not found:
+        return None
+    manifest, media_type, digest = found
+    if is_index(manifest, media_type):
+        out: dict = {}
+        for entry in index_entries(manifest, f"image index {what}"):
+            platform = platform_of(entry)
+            if platform is not None and platform not in out:
+                out[platform] = entry["digest"]
+        return digest, out
+    config, _ = image_manifest(manifest, f"manifest of {what}")
+    conf = json_object(reg.get_blob(repo, config["digest"], limit=CONFIG_MAX), f"the config of {what}")
+    os_, arch = conf.get("os"), conf.get("architecture")
+    if not isinstance(os_, str) or not isinstance(arch, str):
+        raise RegistryError(f"the config of {what} names no os and architecture")
+    return digest, {f"{os_}/{arch}": digest}
 
 
 def artifact_blob(manifest: dict, media_type: str, what: str) -> str | None:

@@ -25,6 +25,7 @@ from builder import __version__
 from builder.ship.bases import resolve
 from builder.ship.checks import CheckResult, run_checks
 from builder.ship.engine import BuildRequest, Engine
+from builder.ship.engines import PlatformEngine, engines
 from builder.errors import ImgbuildError, RegistryError, SourceError, SpecError, ValidationFailed
 from builder.ship.hostconf import HostConf
 from builder.ship.progress import Progress, env_progress
@@ -156,12 +157,19 @@ class Builder:
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
         # Names this run's staged images: CI jobs in containers on many hosts share pids and seconds.
         self.stage_id = secrets.token_hex(4)
-        self.locals: list[str] = []      # local images this run built and checked (removed when it ends)
+        self.locals: list[tuple] = []    # (engine, local image) this run built and checked (removed when it ends)
+        # platform -> PlatformEngine (builder.ship.engines): set by build() for the plan's platforms; the
+        # engine itself, native, for any platform not named (unit tests, validate of one platform)
+        self.engines: dict = {}
         self.run_dir = state_dir() / "runs" / self.run_id
         self.run_dir.mkdir(parents=True, exist_ok=True)
 
     def repo(self, node: Node) -> str:
         return layer_repo(self.spec.site.namespace, node.name)
+
+    def on(self, node: Node) -> PlatformEngine:
+        """The engine that builds and checks a node, and whether it emulates the node's platform."""
+        return self.engines.get(node.platform) or PlatformEngine(node.platform, self.engine)
 
     def lookup(self, node: Node) -> tuple[str, str | None, str | None]:
         """(action, digest, why): reuse an image whose stored manifest proves it passed this node's checks,
@@ -237,7 +245,8 @@ class Builder:
             finally:
                 # Local images go at the end of the run: a child may still be building on one. Those
                 # that failed their checks stay, for debugging (their failure message names them).
-                self.engine.remove(*self.locals)
+                for engine in {id(e): e for e, _ in self.locals}.values():
+                    engine.remove(*[ref for e, ref in self.locals if e is engine])
         # A stack is released when every one of its layer images passed; one that holds a failed layer
         # moves no tag, and does not hold back the others.
         good = [name for name in stacks if not failed & set(plan.stacks[name])] if only is None else []
@@ -300,7 +309,7 @@ class Builder:
                 self.say(f"{prefix}: in the registry, not validated for these checks ({why}): pulling to validate")
                 ref = f"{self.spec.site.registry}/{self.repo(node)}@{digest}"
                 with self.progress.task(self.label(node), "pulling"):
-                    self.engine.pull(ref)
+                    self.on(node).engine.pull(ref, node.platform)
                 results, facts = self.validate(node, ref, prefix)
                 res.checks = [asdict(r) for r in results]
                 self.record(node, facts, results, digest, labels={})
@@ -389,7 +398,7 @@ class Builder:
         if not all(r.ok for r in results):
             self.record(node, facts, results, None, labels)
             raise ChecksFailed(self.failures(node, results) + f" (image kept locally as {local})", results)
-        self.locals.append(local)
+        self.locals.append((self.on(node).engine, local))
         return results, facts
 
     def parent_ref(self, plan: Plan, node: Node, digests: dict, handoffs: dict) -> str:
@@ -418,13 +427,15 @@ class Builder:
         log = self.log_path(node)
         req = BuildRequest(context=context, dockerfile=context / "Dockerfile", tag=local,
                            build_args={"PARENT": parent_ref, **node.build_args}, labels=labels, secrets=secrets,
-                           network=self.hostconf.network)
+                           network=self.hostconf.network, platform=node.platform)
+        emulated = self.on(node).emulated
         self.say(f"{prefix}: building" + (f" on {parent_ref} (whose checks and push go on meanwhile)"
-                                          if label else "") + f" (log {log})")
+                                          if label else "") + (f" under emulation ({emulated})" if emulated else "")
+                 + f" (log {log})")
         started = time.time()
         try:
             with self.progress.task(self.label(node), "starting the build") as lines:
-                self.engine.build(req, log, progress=lines)
+                self.on(node).engine.build(req, log, progress=lines)
         finally:
             shutil.rmtree(context, ignore_errors=True)
         self.say(f"{prefix}: built in {time.time() - started:.0f} s; validating")
@@ -443,10 +454,11 @@ class Builder:
         Returns (the digest the key names, whether it is ours)."""
         repo = self.repo(node)
         staging = f"{self.spec.site.registry}/{repo}:{pending_tag(node.short, self.stage_id)}"
-        self.engine.tag(local, staging)
+        engine = self.on(node).engine
+        engine.tag(local, staging)
         with self.progress.task(self.label(node), "pushing"):
-            self.engine.push(staging, on_retry=self.say)
-        self.engine.remove(staging)
+            engine.push(staging, on_retry=self.say)
+        engine.remove(staging)
         digest = self.registry.manifest_digest(repo, pending_tag(node.short, self.stage_id))
         if not digest:
             raise RegistryError(f"{staging} was pushed but the registry does not show it")
@@ -467,7 +479,7 @@ class Builder:
             return other, False
         # The engine keeps the image under its key, as `docker build -t` and push would: a later build on
         # this runner (a pin change above it) starts from it instead of pulling gigabytes back.
-        self.engine.tag(local, image_ref(self.spec, node))
+        engine.tag(local, image_ref(self.spec, node))
         self.say(f"{prefix}: pushed {image_ref(self.spec, node)} ({digest[:19]})")
         return digest, True
 
@@ -481,7 +493,8 @@ class Builder:
 
     def validate(self, node: Node, image: str, prefix: str) -> tuple[list[CheckResult], dict]:
         with self.progress.task(self.label(node), "running checks"):
-            results, facts = run_checks(self.engine, image, node.checks, self.gpu)
+            on = self.on(node)
+            results, facts = run_checks(on.engine, image, node.checks, self.gpu, node.platform, on.emulated)
         counts = {s: sum(1 for r in results if r.status == s) for s in ("passed", "failed", "skipped")}
         self.say(f"{prefix}: checks: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
         for r in results:
@@ -529,6 +542,8 @@ def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, da
     host = engine.env.get("DOCKER_HOST")   # which daemon, when it is not the default one
     say(f"engine: {engine.cli}{f' at {host}' if host else ''} ({'buildx' if engine.mode == 'buildx' else 'built-in BuildKit'}); registry "
         f"{spec.site.registry}; GPU for checks: {'yes' if builder.gpu else 'no (GPU checks are skipped)'}")
+    wanted = [p for p in dict.fromkeys(n.platform for n in plan.nodes.values())]
+    builder.engines = engines(engine, wanted, say=say)
     report = builder.run(plan, stacks, date, only=node, jobs=jobs)
     if not report.ok:
         failed = [r for r in report.nodes.values() if r.status == "failed"]
@@ -592,13 +607,13 @@ def validate(spec: Spec, stacks: list[str], images: list[str], say: Say, docker:
     if stacks:
         plan = make_plan(spec, stacks, resolve(spec, stacks).require())
         for name in stacks:
-            node = plan.top(name)
-            repo = layer_repo(spec.site.namespace, node.name)
-            digest = registry.manifest_digest(repo, node.short)
-            if not digest:
-                raise ValidationFailed(f"stack {name!r}: its image {image_ref(spec, node)} is not in the registry",
-                                       hint=f"build it: imgbuild build stack={name}")
-            targets.append((f"{spec.site.registry}/{repo}@{digest}", node))
+            for node in plan.tops(name).values():   # each platform's image of a release
+                repo = layer_repo(spec.site.namespace, node.name)
+                digest = registry.manifest_digest(repo, node.short)
+                if not digest:
+                    raise ValidationFailed(f"stack {name!r}: its {node.platform} image {image_ref(spec, node)} is not "
+                                           "in the registry", hint=f"build it: imgbuild build stack={name}")
+                targets.append((f"{spec.site.registry}/{repo}@{digest}", node))
     if images:
         plan = make_plan(spec, all_stacks, resolve(spec, all_stacks).require())
         by_key = {k: n for k, n in plan.nodes.items()}
@@ -614,9 +629,11 @@ def validate(spec: Spec, stacks: list[str], images: list[str], say: Say, docker:
             targets.append((ref, by_key[key]))
     ok = True
     builder = Builder(spec, engine, registry, HostConf.from_env(), say, gpu=gpu)
+    builder.engines = engines(engine, dict.fromkeys(node.platform for _, node in targets), say=say)
     for ref, node in targets:
-        if "@" in ref and engine.inspect(ref) is None:
-            engine.pull(ref)
+        on = builder.on(node)
+        if "@" in ref and on.engine.inspect(ref) is None:
+            on.engine.pull(ref, node.platform)
         results, facts = builder.validate(node, ref, f"{node.name} {node.short[:12]}")
         for r in results:
             if r.status == "passed":

@@ -20,13 +20,16 @@ from builder.ship.manifest import fetch_manifest, verdict
 from builder.plan.layout import layer_repo, release_record_tag, release_repo
 from builder.ship import sbom
 from builder.plan.keys import Plan
+from builder.load import platforms as plat
+from builder.ship import oci
 from builder.ship.oci import release_serial as release_serial_of
-from builder.ship.registry import Registry
+from builder.ship.registry import Registry, digest_of
 from builder.load.ciconf import release_refusal
 from builder.load.spec import Spec
 
 TAG_OK = re.compile(r"[^A-Za-z0-9_.-]")
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = oci.OCI_INDEX
 RELEASE_TYPE = "application/vnd.imgbuild.release.v1+json"
 
 
@@ -101,23 +104,26 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
         raise PublishError(f"release refused: {refusal}; no tag was moved")
     date = date or time.strftime("%Y.%m.%d", time.gmtime())
     problems: list[str] = []
-    tops: dict = {}   # stack -> (repo, digest, recorded manifest)
+    tops: dict = {}   # stack -> {platform: (repo, digest, recorded manifest)}
     noted: set = set()
     for name in stacks:
-        for node in plan.chain(name):
+        top_keys = {n.key for n in plan.tops(name).values()}
+        # Every platform's chain: one unproven arm64 layer holds back the amd64 image's tags too.
+        for node in (plan.nodes[k] for k in plan.stacks[name]):
             repo = layer_repo(spec.site.namespace, node.name)
+            on = f" [{node.platform}]" if len(plan.platforms(name)) > 1 else ""
             digest = reg.manifest_digest(repo, node.short)
             if not digest:
-                problems.append(f"{name}: {node.name} ({node.short[:12]}) is not in the registry")
+                problems.append(f"{name}: {node.name} ({node.short[:12]}){on} is not in the registry")
                 continue
             recorded = fetch_manifest(reg, repo, digest)
             why = verdict(recorded, node, digest, gpu)   # gpu: a GPU check recorded as skipped is no proof
             mine = (expected or {}).get(node.key, digest)
             if why and mine != digest:
-                problems.append(f"{name}: {node.name} ({node.short[:12]}) is {digest[:19]} in the registry, "
+                problems.append(f"{name}: {node.name} ({node.short[:12]}){on} is {digest[:19]} in the registry, "
                                 f"but this run validated {str(mine)[:19]}, and that one: {why}")
             elif why:
-                problems.append(f"{name}: {node.name} ({node.short[:12]}): {why}")
+                problems.append(f"{name}: {node.name} ({node.short[:12]}){on}: {why}")
             else:
                 if mine != digest and node.key not in noted:
                     # Racing builders of one key: the registry cannot compare-and-set, so the later key PUT
@@ -126,27 +132,38 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
                     say(f"{node.name} ({node.short[:12]}): the key names {digest[:19]}, another builder's image "
                         f"with its own passing checks, not {str(mine)[:19]} validated by this run; releasing the "
                         "key's image")
-                if node.key == plan.top(name).key:
-                    tops[name] = (repo, digest, recorded)
+                if node.key in top_keys:
+                    tops.setdefault(name, {})[node.platform] = (repo, digest, recorded)
     if problems:
         raise PublishError(f"{len(problems)} layer image(s) not proven validated; no tag was moved:\n  "
                            + "\n  ".join(problems))
     moves = []  # (stack, repo, tag, manifest bytes, media type, digest)
     for name in stacks:
-        src_repo, digest, recorded = tops[name]
-        tags = release_tags(spec.stack(name).tags, name, recorded.get("versions", {}), date)
-        found = reg.get_manifest(src_repo, digest)
-        if not found:
-            raise PublishError(f"{src_repo}@{digest} vanished from the registry; no tag was moved")
-        manifest, media_type, _ = found
         dst_repo = release_repo(spec.site.namespace, name)
-        # Every released image has its SBOM beside it, made before any tag names the image.
-        sbom.ensure(reg, spec.site.registry, src_repo, digest, say)
-        # Make every blob available in the release repository before any tag points there.
-        for blob in [manifest["config"]] + manifest.get("layers", []):
-            reg.mount_blob(dst_repo, blob["digest"], src_repo)
-        sbom.copy(reg, digest, src_repo, dst_repo)
-        body = reg.manifest_bytes(src_repo, digest, media_type)
+        tags = _agreed_tags(spec, name, {p: rec for p, (_, _, rec) in tops[name].items()}, date)
+        entries = []
+        for platform, (src_repo, digest, _) in tops[name].items():
+            found = reg.get_manifest(src_repo, digest)
+            if not found:
+                raise PublishError(f"{src_repo}@{digest} vanished from the registry; no tag was moved")
+            manifest, media_type, _ = found
+            # Every released image has its SBOM beside it, made before any tag names the image.
+            sbom.ensure(reg, spec.site.registry, src_repo, digest, say)
+            # Make every blob available in the release repository before any tag points there.
+            for blob in [manifest["config"]] + manifest.get("layers", []):
+                reg.mount_blob(dst_repo, blob["digest"], src_repo)
+            sbom.copy(reg, digest, src_repo, dst_repo)
+            body = reg.manifest_bytes(src_repo, digest, media_type)
+            entries.append((platform, body, media_type, digest))
+        if len(entries) == 1:
+            _, body, media_type, digest = entries[0]
+        else:
+            # One index names every platform's image: each is stored in the release repository by digest
+            # first, so the index never names a manifest the repository lacks.
+            for _, child, child_type, child_digest in entries:
+                reg.put_manifest(dst_repo, child_digest, child, child_type)
+            body, media_type = image_index(entries), OCI_INDEX
+            digest = digest_of(body)
         for tag in tags:
             moves.append((name, dst_repo, tag, body, media_type, digest))
     moved: dict = {}
@@ -168,4 +185,28 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
     return moved
 
 
-__all__ = ["promote", "release_tags", "release_serial", "PublishError"]
+def image_index(entries) -> bytes:
+    """An OCI image index of (platform, manifest bytes, media type, digest), platforms in imgbuild's order.
+    Deterministic bytes: the same images make the same index digest, so releasing again moves nothing."""
+    manifests = [{"mediaType": media_type, "digest": digest, "size": len(body),
+                  "platform": {"os": platform.split("/")[0], "architecture": plat.arch(platform)}}
+                 for platform, body, media_type, digest in sorted(entries, key=lambda e: plat.PLATFORMS.index(e[0]))]
+    return json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests},
+                      separators=(",", ":")).encode()
+
+
+def _agreed_tags(spec: Spec, name: str, recorded: dict, date: str) -> list[str]:
+    """The stack's tags, from the versions measured in each platform's image: one release names every
+    platform, so a template may only use a version that every platform's image measured the same."""
+    per = {p: release_tags(spec.stack(name).tags, name, rec.get("versions", {}), date) for p, rec in recorded.items()}
+    first = next(iter(per.values()))
+    if any(tags != first for tags in per.values()):
+        shown = "; ".join(f"{p}: {', '.join(t)}" for p, t in per.items())
+        raise PublishError(f"stack {name!r}: its tags differ between platforms ({shown}); one release names every "
+                           "platform, so a tag may only use versions measured the same on each; no tag was moved",
+                           hint="drop the differing version from the stack's tags, or install the same version on each "
+                                "platform")
+    return first
+
+
+__all__ = ["promote", "image_index", "release_tags", "release_serial", "PublishError"]

@@ -289,11 +289,14 @@ JUDGES: dict[str, Callable] = {
 SNIPPETS = {"python": _snippet("python"), "command": _snippet("command")}
 
 
-def judge(checks: tuple[CheckSpec, ...], facts: dict, gpu: bool) -> list[CheckResult]:
+def judge(checks: tuple[CheckSpec, ...], facts: dict, gpu: bool, emulated: str | None = None) -> list[CheckResult]:
+    """emulated: how the image runs when it runs under QEMU ("linux/arm64 on a linux/amd64 engine")."""
     results = []
     for spec in checks:
-        if spec.gpu and not gpu:
-            results.append(CheckResult(spec.id, "skipped", "skipped: needs a GPU (none on this machine)", True))
+        if spec.gpu and (not gpu or emulated):
+            why = (f"skipped: needs a GPU, and this image runs under QEMU emulation ({emulated}), where no GPU "
+                   "check can pass" if emulated else "skipped: needs a GPU (none on this machine)")
+            results.append(CheckResult(spec.id, "skipped", why, True))
             continue
         a = _args(spec)
         if spec.check in SNIPPETS:
@@ -304,11 +307,12 @@ def judge(checks: tuple[CheckSpec, ...], facts: dict, gpu: bool) -> list[CheckRe
     return results
 
 
-def probe(engine: Engine, image: str, checks: tuple[CheckSpec, ...], gpu: bool) -> dict:
-    """Run the probe in the image (no network) and return its measurements."""
+def probe(engine: Engine, image: str, checks: tuple[CheckSpec, ...], gpu: bool, platform: str | None = None) -> dict:
+    """Run the probe in the image (no network), on the image's platform, and return its measurements."""
     req = request(checks, gpu)
     res = engine.run_container(image, ["python", "/imgbuild-probe.py"], mounts=[(str(PROBE), "/imgbuild-probe.py")],
-                               gpus=gpu, input=json.dumps(req), timeout=3600)
+                               gpus=gpu, input=json.dumps(req), timeout=3600,
+                               platform=platform)
     if res.returncode != 0:
         raise EngineError(f"the probe could not run in {image} (exit {res.returncode}): {res.stderr.strip()[-800:]}")
     try:
@@ -317,9 +321,13 @@ def probe(engine: Engine, image: str, checks: tuple[CheckSpec, ...], gpu: bool) 
         raise EngineError(f"the probe in {image} printed no JSON: {res.stdout[-400:]}{res.stderr[-400:]}") from None
 
 
-def run_checks(engine: Engine, image: str, checks: tuple[CheckSpec, ...], gpu: bool) -> tuple[list[CheckResult], dict]:
-    facts = probe(engine, image, checks, gpu)
-    return judge(checks, facts, gpu), facts
+def run_checks(engine: Engine, image: str, checks: tuple[CheckSpec, ...], gpu: bool, platform: str | None = None,
+               emulated: str | None = None) -> tuple[list[CheckResult], dict]:
+    """The checks of an image, run on its platform: natively, or under emulation (`emulated` says how),
+    where GPU checks are skipped with that reason."""
+    gpu = gpu and not emulated
+    facts = probe(engine, image, checks, gpu, platform)
+    return judge(checks, facts, gpu, emulated), facts
 
 
 __all__ = ["CheckResult", "run_checks", "judge", "request", "parse_ds_report", "wanted_code", "asdict"]
