@@ -200,7 +200,8 @@ def _measured_layer(spec: Spec, sf: StackFacts, layer: LayerDef, lock: Any, name
 def _locked_versions(stack: Stack, layer: LayerDef, lock: Any) -> dict:
     """canonical name -> version of what the lock file resolved for the layer as stacks.yaml defines it
     now ({} where it has no current entry): the exact answer to a floating requirement."""
-    entry = lock.python_for(layer.name, stack.layer_definition(layer.name, None)) if lock is not None else None
+    entry = (lock.python_for(layer.name, stack.layer_definition(layer.name, None), stack.platforms[0])
+             if lock is not None else None)
     if entry is None:
         return {}
     return {name: (Version(d.version), f"{lock.file}: python.{layer.name}") for name, d in entry.dists().items()}

@@ -30,6 +30,7 @@ class Resolved:
     # base name -> sha256 digest, or {platform: digest} for the entries of an index (builder.plan.keys.base_ref)
     digests: dict = field(default_factory=dict)
     origins: dict = field(default_factory=dict)      # base name -> declared | lock | registry
+    references: dict = field(default_factory=dict)   # base name -> the digest its reference names (an index's own)
     unresolved: dict = field(default_factory=dict)   # base name -> why no digest is known
 
     def require(self) -> dict:
@@ -97,7 +98,7 @@ def resolve(spec: Spec, stacks: Iterable[str] | None = None, *, lookup: str = "a
             out.unresolved[name] = (f"{ref} has no {', '.join(lacking)} image (it holds "
                                     f"{', '.join(sorted(found[1])) or 'no platform image'})")
             continue
-        out.digests[name], out.origins[name] = found[1], "registry"
+        out.digests[name], out.origins[name], out.references[name] = found[1], "registry", found[0]
     return out
 
 

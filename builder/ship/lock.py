@@ -19,7 +19,9 @@ from typing import Callable
 import yaml
 
 from builder.load import versions
+from builder.load import platforms as plat
 from builder.ship.bases import resolve
+from builder.ship.engines import engines
 from builder.ship.hostconf import HostConf
 from builder.ship.pipeline import assemble_context
 from builder.ship.resolve import resolve_layer, stamp
@@ -39,11 +41,12 @@ WRAPPER = ('for p in python3 python; do if command -v "$p" >/dev/null 2>&1; then
            'done; . /etc/os-release 2>/dev/null; printf \'{"os": "%s-%s"}\\n\' "${ID:-unknown}" "${VERSION_ID:-}"')
 
 
-def probe(engine: Engine, ref: str, kinds=()) -> dict:
+def probe(engine: Engine, ref: str, kinds=(), platform: str | None = None) -> dict:
     """Measure an image: {fact: value or None}. Facts it could not measure are left out. kinds: the
-    loaded layer kinds, whose `versions:` name the distributions to measure."""
+    loaded layer kinds, whose `versions:` name the distributions to measure. platform: the image's, where
+    the engine runs another (under QEMU)."""
     res = engine.run_container(ref, ["sh", "-c", WRAPPER], mounts=[(str(PROBE), "/imgbuild-probe.py")],
-                               input="{}", timeout=600)
+                               input="{}", timeout=600 if platform is None else 3600, platform=platform)
     lines = [line for line in res.stdout.splitlines() if line.startswith("{")]
     if res.returncode != 0 or not lines:
         raise EngineError(f"probing {ref} failed (exit {res.returncode}): {(res.stderr or res.stdout).strip()[-600:]}")
@@ -101,19 +104,22 @@ def layer_image(spec: Spec, stack, name: str, base_digest: str) -> tuple[str, st
 
 def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log: Path,
                   progress: Callable[[str], None] = lambda line: None, upgrade: frozenset = frozenset(),
-                  stack_name: str | None = None) -> dict:
+                  stack_name: str | None = None, platform: str | None = None) -> dict:
     """Resolve what layer `name`'s pip commands install on the image beneath it (builder.ship.resolve),
     as a lock file entry. The image beneath must be in the registry: the base by its digest, or the layer
     beneath by its key (built first, with `imgbuild build` or `imgbuild lock stack=NAME`). upgrade:
     canonical distribution names that may move; with it, every other distribution of the current entry is
     held at its locked version (`lock --upgrade NAME`). stack_name: the stack whose chain it is resolved on
-    (default the first that holds it); a layer on chains that differ beneath it has an entry for each."""
+    (default the first that holds it); a layer on chains that differ beneath it has an entry for each.
+    platform: the platform resolved for (default the stack's first); each has its own entry, resolved on
+    its own image beneath, under QEMU where the engine runs another platform."""
     stack = spec.stack(stack_name) if stack_name else stack_of(spec, name)
+    platform = platform or stack.platforms[0]
     base_digest = resolve(spec, [stack.name]).require()[stack.base.name]
     current = load_lock(spec.file)
     plan = make_plan(spec, [stack.name], {stack.base.name: base_digest}, lock=current, intent=True)
-    node = next(n for n in plan.chain(stack.name) if n.name == name)
-    entry = current.python_for(name, stack.layer_definition(name, None)) if current is not None else None
+    node = next(n for n in plan.chain(stack.name, platform) if n.name == name)
+    entry = current.python_for(name, stack.layer_definition(name, None), platform) if current is not None else None
     keep = None
     if upgrade and entry is not None:
         keep = sorted(f"{d.name}=={d.version}" for key, d in entry.dists().items()
@@ -122,7 +128,7 @@ def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log
         unlocked = replace(current, python={k: v for k, v in current.python.items() if k != name},
                            python_all={k: v for k, v in current.python_all.items() if k != name})
         node = next(n for n in make_plan(spec, [stack.name], {stack.base.name: base_digest}, lock=unlocked,
-                                         intent=True).chain(stack.name) if n.name == name)
+                                         intent=True).chain(stack.name, platform) if n.name == name)
     if node.parent is None:
         parent_ref = node.base_ref
     else:
@@ -138,11 +144,14 @@ def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log
     with tempfile.TemporaryDirectory(prefix="imgbuild-resolve-context-") as tmp:
         context = assemble_context(node, hostconf, Path(tmp) / "context")
         beneath: dict = {}
-        steps = resolve_layer(engine, node.dockerfile, context, parent_ref, node.build_args, hostconf, log, progress,
-                              keep=keep, beneath=beneath)
+        on = engines(engine, [platform])[platform]
+        steps = resolve_layer(on.engine, node.dockerfile, context, parent_ref, node.build_args, hostconf, log, progress,
+                              keep=keep, beneath=beneath, platform=platform)
     # Valid while the layer, those beneath it and the base as named are unchanged (builder.plan.keys.python_entry).
     out = {"stack": stack.name, "parent": parent_ref, "definition": stack.layer_definition(name, None),
            "resolved": stamp(), "steps": [[_dist(d) for d in step] for step in steps]}
+    if platform != plat.DEFAULT:   # entries for linux/amd64 read as they always did
+        out["platform"] = platform
     intents = resolved_intents(spec.layers[name], steps, beneath)
     if intents:
         out["intents"] = intents
@@ -199,6 +208,36 @@ def downloads_section(intents: Intents) -> list[dict]:
     return out
 
 
+def lock_base(spec: Spec, name: str, stacks: list[str], engine: Engine, say: Callable[[str], None],
+              resolver: Callable = resolve) -> dict:
+    """A base's lock entry: the digest its reference names now and what was measured inside it. Where the
+    reference is an index (NGC publishes linux/amd64 and linux/arm64 under one tag), one digest and one
+    set of measurements per platform its stacks are built for, each probed on that platform (under QEMU
+    where the engine runs another)."""
+    base = spec.bases[name]
+    ref = base.ref(spec.site)
+    found = resolver(spec, stacks, use_lock=False) if stacks else None
+    got = found.require()[name] if found else base.digest
+    if not got:
+        raise SpecError(f"base {name!r} is used by no stack and declares no digest; nothing to resolve")
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if not isinstance(got, dict) or found.references.get(name) in got.values():   # one image, not an index
+        digest = next(iter(got.values())) if isinstance(got, dict) else got
+        facts = probe(engine, f"{ref}@{digest}", spec.kinds.values())
+        say(f"{name}: {ref}@{digest}: " + ", ".join(f"{k} {v}" for k, v in facts.items() if v is not None))
+        return {"image": ref, "digest": digest, "probed": now, "facts": facts}
+    wanted = [p for p in plat.PLATFORMS if any(p in spec.stack(s).platforms for s in stacks)]
+    on = engines(engine, wanted, say=say)
+    per = {}
+    for platform in wanted:
+        digest = got[platform]
+        facts = probe(on[platform].engine, f"{ref}@{digest}", spec.kinds.values(), platform=platform)
+        per[platform] = {"digest": digest, "facts": facts}
+        say(f"{name}: {ref} {platform}: {digest}: " + ", ".join(f"{k} {v}" for k, v in facts.items() if v is not None))
+    return {"image": ref, "digest": found.references[name], "probed": now, "facts": per[wanted[0]]["facts"],
+            "platforms": per}
+
+
 def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None],
          layers: list[str] = (), python: list[str] = (), hostconf: HostConf | None = None,
          log_dir: Path | None = None, upgrade: frozenset = frozenset(),
@@ -211,7 +250,8 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
     failures (a failed entry keeps its old one). python_stack: the stack whose chain the python layers are
     resolved on (default each one's first stack)."""
     old = load_lock(spec.file)
-    entries = {name: asdict(rec) for name, rec in (old.bases if old else {}).items()}
+    entries = {name: {k: v for k, v in asdict(rec).items() if k != "platforms" or v}
+               for name, rec in (old.bases if old else {}).items()}
     layer_entries = {name: asdict(rec) for name, rec in (old.layers if old else {}).items()}
     python_entries = {name: [_plain_python(rec) for rec in recs] for name, recs in (old.python_all if old else {}).items()}
     failures: list[ImgbuildError] = []
@@ -223,21 +263,17 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
         stacks = [s for s, st in spec.stacks.items() if st.base.name == name]
         ref = base.ref(spec.site)
         try:
-            digest = resolve(spec, stacks[:1], use_lock=False).require()[name] if stacks else base.digest
-            if not digest:
-                raise SpecError(f"base {name!r} is used by no stack and declares no digest; nothing to resolve")
-            facts = probe(engine, f"{ref}@{digest}", spec.kinds.values())
+            entries[name] = lock_base(spec, name, stacks, engine, say)
         except ImgbuildError as exc:
             failures.append(exc)
             say(f"{name}: not locked: {exc.message}")
             continue
-        entries[name] = {"image": ref, "digest": digest, "probed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                         "facts": facts}
-        say(f"{name}: {ref}@{digest}: " + ", ".join(f"{k} {v}" for k, v in facts.items() if v is not None))
     for name in layers:
         stack = users[name]
         try:
-            base_digest = (entries.get(stack.base.name) or {}).get("digest")
+            found = entries.get(stack.base.name) or {}
+            base_digest = {p: e["digest"] for p, e in found["platforms"].items()} if found.get("platforms") \
+                else found.get("digest")
             if not base_digest:
                 raise SpecError(f"layer {name!r}: its base {stack.base.name!r} could not be locked")
             ref, digest = layer_image(spec, stack, name, base_digest)
@@ -250,20 +286,22 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
                                "probed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                "definition": stack.layer_definition(name, base_digest), "facts": facts}
         say(f"{name}: {ref} ({digest[:19]}): " + ", ".join(f"{k} {v}" for k, v in facts.items() if v is not None))
-    for name in python:
-        log = (log_dir or Path(tempfile.gettempdir())) / f"resolve-{name}.log"
-        say(f"{name}: resolving its pip commands on the image beneath it (log {log})")
+    for name, platform in ((n, p) for n in python for p in users[n].platforms):
+        on = "" if len(users[name].platforms) == 1 else f"-{plat.arch(platform)}"
+        log = (log_dir or Path(tempfile.gettempdir())) / f"resolve-{name}{on}.log"
+        say(f"{name}: resolving its pip commands on the image beneath it{f' for {platform}' if on else ''} (log {log})")
         try:
             entry = resolve_entry(spec, name, engine, hostconf or HostConf.from_env(), log, upgrade=upgrade,
-                                  stack_name=users[name].name)
+                                  stack_name=users[name].name, platform=platform)
         except ImgbuildError as exc:
             failures.append(exc)
             say(f"{name}: not locked: {exc.message}")
             continue
-        # One entry per definition of the layer: this one replaces the entry of the same definition (or of the
-        # same stack, whose chain changed); the entries of its other chains stay.
+        # One entry per definition of the layer and platform: this one replaces the entry of the same definition
+        # (or of the same stack, whose chain changed) for its platform; the entries of its other chains stay.
         python_entries[name] = [e for e in python_entries.get(name, [])
-                                if e["definition"] != entry["definition"] and e["stack"] != entry["stack"]] + [entry]
+                                if e.get("platform", plat.DEFAULT) != platform
+                                or (e["definition"] != entry["definition"] and e["stack"] != entry["stack"])] + [entry]
         dists = [d for step in entry["steps"] for d in step]
         say(f"{name}: {len(dists)} distribution(s) on {entry['parent']}: "
             + ", ".join(f"{d['name']}=={d['version']}" for d in dists))
@@ -296,7 +334,8 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
 def _plain_python(rec) -> dict:
     return {"stack": rec.stack, "parent": rec.parent, "definition": rec.definition, "resolved": rec.resolved,
             "steps": [[_dist(d) for d in step] for step in rec.steps],
-            **({"intents": [{"intent": i, "locked": o} for i, o in rec.intents]} if rec.intents else {})}
+            **({"intents": [{"intent": i, "locked": o} for i, o in rec.intents]} if rec.intents else {}),
+            **({"platform": rec.platform} if rec.platform != plat.DEFAULT else {})}
 
 
 def _dist(d) -> dict:

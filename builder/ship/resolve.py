@@ -179,11 +179,13 @@ def read_report(data: bytes, where: str, before: dict | None = None, wheelhouse:
 
 def resolve_layer(engine: Engine, dockerfile: str, context: Path, parent_ref: str, build_args: dict,
                   hostconf: HostConf, log: Path, progress: Callable[[str], None] = lambda line: None,
-                  keep: list[str] | None = None, beneath: dict | None = None) -> list[list[Resolved]]:
+                  keep: list[str] | None = None, beneath: dict | None = None,
+                  platform: str | None = None) -> list[list[Resolved]]:
     """Run the layer's pip commands as `resolving` rewrites them, on parent_ref, in the layer's build
     context: what each command installs, in order. keep: requirements (NAME==VERSION) every command must
     honour, so that only what is left out of them may move (`lock --upgrade NAME`). beneath: filled with
-    what the image beneath holds (canonical name -> version), the answer to a requirement it satisfies."""
+    what the image beneath holds (canonical name -> version), the answer to a requirement it satisfies.
+    platform: the one resolved for (pip picks each platform's wheels, with their own hashes)."""
     beneath = {} if beneath is None else beneath
     if keep is not None:
         (context / "imgbuild-lock").mkdir(exist_ok=True)
@@ -196,7 +198,7 @@ def resolve_layer(engine: Engine, dockerfile: str, context: Path, parent_ref: st
             req = BuildRequest(context=context, dockerfile=context / "Dockerfile.resolve", tag="",
                                build_args={**build_args, "PARENT": parent_ref, FRESH: uuid.uuid4().hex},
                                labels={}, secrets=secrets,
-                               network=hostconf.network, output=out)
+                               network=hostconf.network, output=out, platform=platform)
             engine.build(req, log, progress=progress)
         steps = []
         before = read_before((out / Path(BEFORE).name).read_bytes()) if (out / Path(BEFORE).name).is_file() else {}
