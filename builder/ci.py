@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from builder.errors import SpecError
+from builder.load import platforms as plat
 from builder.plan.keys import Node, Plan, make_plan
 from builder.load.spec import Spec
 from builder.rules import catalog
@@ -143,13 +144,20 @@ def pipeline(spec: Spec, plan: Plan, names: list[str], system: str, common: tupl
     choice = {name: _gpu_choice(spec, plan, system, name) for name in names}
     node_job: dict = {}
     gpu_job: dict = {}                          # (key, GPU model or generation) -> job id
+    native = dict(ci.platform_map(system))      # platform -> the runners that build it natively
+    emulated: set = set()
     for key, node in plan.nodes.items():        # parents first
         stack = plan.users[key][0]
         argv = ("build", "--node", node.short, f"stack={stack}") + common
         needs = (node_job[node.parent],) if node.parent else ()
-        node_job[key] = job_id(system, "node", node.name, node.short)
+        node_job[key] = job_id(system, "node", node.name, node.short,
+                               "" if node.platform == plat.DEFAULT else plat.arch(node.platform))
         cuda = any(spec.stack(s).compiles_cuda(node.layer) for s in plan.users[key])
-        out.add(Job(node_job[key], "node", node.name, stack, argv, needs, node.short, builders,
+        # Each (layer, platform) is its own job: an arm64 layer image goes to the site's arm64 runners.
+        runners = native.get(node.platform, builders)
+        if node.platform not in native and node.platform != plat.DEFAULT:
+            emulated.add(node.platform)
+        out.add(Job(node_job[key], "node", node.name, stack, argv, needs, node.short, runners,
                     ci.timeouts["cuda_build" if cuda else "build"]))
         if not has_gpu_checks(node):
             continue
@@ -162,10 +170,15 @@ def pipeline(spec: Spec, plan: Plan, names: list[str], system: str, common: tupl
                 by_gpu.setdefault(choice[s][0], (choice[s][1], s))
         for gpu, (labels, first) in by_gpu.items():
             parent_gpu = (gpu_job[(node.parent, gpu)],) if (node.parent, gpu) in gpu_job else ()
-            gpu_job[(key, gpu)] = job_id(system, "gpu", node.name, node.short, gpu)
+            gpu_job[(key, gpu)] = job_id(system, "gpu", node.name, node.short,
+                                         gpu + ("" if node.platform == plat.DEFAULT else "-" + plat.arch(node.platform)))
             gpu_argv = ("build", "--node", node.short, f"stack={first}") + common
             out.add(Job(gpu_job[(key, gpu)], "gpu", node.name, first, gpu_argv, (node_job[key],) + parent_gpu,
                         node.short, labels, ci.timeouts["gpu"], gpu))
+    for platform in sorted(emulated):
+        key_name = "site.ci.platform_runner_tags" if system == "gitlab" else "site.ci.github_platform_runs_on"
+        out.notes.append(f"{platform} has no runners in {key_name}: its layer images are built on the builders under "
+                         "QEMU emulation (slow; each runner needs qemu-user-static and binfmt-support)")
     gpu_nodes = [n for n in plan.nodes.values() if has_gpu_checks(n)]
     key_name = "site.ci.gpu_runner_tags" if system == "gitlab" else "site.ci.github_gpu_runs_on"
     if gpu_nodes and not ci.gpu_map(system):

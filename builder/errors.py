@@ -40,7 +40,7 @@ SPEC_RULES: tuple = (
     ("IB206", "bad git URL or pin", r"is not a git URL|40-hex commit|git requirement"),
     ("IB205", "unpinned or invalid requirement", r"is not pinned|not a valid requirement"),
     ("IB203", "missing required key or parameter", r"^missing\b|needs? (?:a|an|one or more) |is required"),
-    ("IB204", "unknown reference", r"^unknown (?:base|layer|project|runtime|stack|GPU|tag field)|^no stack named"
+    ("IB204", "unknown reference", r"^unknown (?:base|layer|project|runtime|stack|GPU|platform|tag field)|^no stack named"
                                    r"|^unknown layer kind|names no parameter"),
     ("IB202", "wrong type", r"^expected |, got (?:a|an) "),
     ("IB209", "YAML the strict reader refuses", r"YAML|alias|nested deeper|MiB|not a regular file|linked from"),

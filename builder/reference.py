@@ -38,6 +38,9 @@ KEY_DOCS = {
         "gpu_runner_tags": "GitLab: GPU model (H100) or generation (hopper) -> tags of runners that have one.",
         "github_runs_on": "GitHub Actions runs-on labels of the builders (default [self-hosted]).",
         "github_gpu_runs_on": "GitHub: GPU model or generation -> runs-on labels of runners that have one.",
+        "platform_runner_tags": "GitLab: platform (linux/arm64) -> tags of runners of that CPU, which build its layer "
+                                "images natively; without one they build on runner_tags under QEMU emulation.",
+        "github_platform_runs_on": "GitHub: platform -> runs-on labels of runners of that CPU (as platform_runner_tags).",
         "github_environment": "The GitHub environment of release jobs (default imgbuild-release): protect it.",
         "github_actions": "Pins of the actions the workflow uses: {checkout|upload-artifact: {commit, repo, version}}.",
         "timeouts": "Job timeouts in minutes: build, cuda_build, gpu, release, review.",

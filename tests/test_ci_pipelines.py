@@ -253,6 +253,10 @@ BAD_CI = [
      "site.ci.github_actions.checkout.commit", "is not a 40-hex commit"),
     ("unknown action", "  ci:\n    github_actions: {setup-python: {commit: " + "a" * 40 + "}}\n", "IB201", 6,
      "site.ci.github_actions.setup-python", "unknown key 'setup-python'"),
+    ("unknown platform", "  ci:\n    platform_runner_tags: {arm64: [arm64]}\n", "IB204", 6,
+     "site.ci.platform_runner_tags.arm64", "unknown platform 'arm64'"),
+    ("platform runner", "  ci:\n    github_platform_runs_on: {linux/arm64: ['$(id)']}\n", "IB208", 6,
+     "site.ci.github_platform_runs_on.linux/arm64[0]", "is not a runner tag"),
     ("timeout", "  ci:\n    timeouts: {build: 0}\n", "IB208", 6, "site.ci.timeouts.build", "is not a number of minutes"),
     ("timeout text", "  ci:\n    timeouts: {cuda_build: 4h}\n", "IB202", 6, "site.ci.timeouts.cuda_build",
      "expected whole minutes"),
@@ -277,3 +281,50 @@ def test_site_ci_is_read_into_the_site():
     assert "ci" in spec_mod.SITE_KEYS
     spec = load_spec(REPO / "stacks.yaml")
     assert spec.site.ci == spec_mod.CiSettings()
+
+
+# -- several platforms (issue 22): each (layer, platform) is a job; arm64 jobs go to arm64 runners ----------
+
+ARM_WHEEL = {"file": "torch-2.10.0-cp311-cp311-manylinux_2_28_aarch64.whl",
+             "sha256": "3282d9febd1e4e476630a099692b44fdc214ee9bf8ee5377732d9d9dfe5712e4"}
+
+
+def two_platform_site(tmp_path: Path, ci: dict) -> Path:
+    data = yaml.safe_load((REPO / "stacks.yaml").read_text())
+    params = data["layers"]["cpu-torch-2.13"]["params"]
+    params["wheel"] = [params["wheel"], ARM_WHEEL]
+    data["stacks"]["cpu-smoke"].update(platforms=["linux/amd64", "linux/arm64"], tags=["{stack}", "{stack}-{date}"])
+    data["site"]["ci"] = ci
+    return write_stacks(tmp_path / "both", data)
+
+
+@pytest.mark.parametrize("system", ["gitlab", "github"])
+def test_each_platform_of_a_stack_has_its_own_jobs_on_its_own_runners(cli, tmp_path, system):
+    ci = {"runner_tags": ["docker"], "platform_runner_tags": {"linux/arm64": ["docker", "arm64"]},
+          "github_runs_on": ["self-hosted", "x64"], "github_platform_runs_on": {"linux/arm64": ["self-hosted", "ARM64"]}}
+    file = two_platform_site(tmp_path, ci)
+    doc, _, err = generated(cli, system, file, "stack=cpu-smoke")
+    jobs = doc["jobs"] if system == "github" else {k: v for k, v in doc.items() if isinstance(v, dict) and "script" in v}
+    spec, _, plan = offline_plan(file)
+    runners = {"linux/amd64": ["docker"] if system == "gitlab" else ["self-hosted", "x64"],
+               "linux/arm64": ["docker", "arm64"] if system == "gitlab" else ["self-hosted", "ARM64"]}
+    for platform in ("linux/amd64", "linux/arm64"):
+        for node in plan.chain("cpu-smoke", platform):
+            name = next(n for n in jobs if n.startswith(f"node-{node.name}-{node.short[:12]}".replace(".", "_" if system == "github" else ".")))
+            assert name.endswith("-arm64") == (platform == "linux/arm64")
+            job = jobs[name]
+            assert (job["tags"] if system == "gitlab" else job["runs-on"]) == runners[platform], name
+            assert f"--node {node.short}" in " ".join(job["script"] if system == "gitlab" else
+                                                       [s.get("run", "") for s in job["steps"]])
+    release = jobs["release-cpu-smoke"]
+    needs = set(release["needs"])
+    assert len([n for n in needs if n.startswith("node-")]) == 8   # both chains: one failed arm64 job holds it back
+    assert "QEMU" not in err
+
+
+def test_a_platform_without_runners_builds_emulated_and_says_so(cli, tmp_path):
+    file = two_platform_site(tmp_path, {"runner_tags": ["docker"]})
+    doc, _, err = generated(cli, "gitlab", file, "stack=cpu-smoke")
+    arm = [v for k, v in doc.items() if k.endswith("-arm64")]
+    assert len(arm) == 4 and all(v["tags"] == ["docker"] for v in arm)
+    assert "linux/arm64 has no runners in site.ci.platform_runner_tags" in err and "QEMU emulation" in err

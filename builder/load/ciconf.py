@@ -12,12 +12,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from builder.load import platforms
 from builder.load.params import type_name
 from builder.redact import redact
 from builder.rules import catalog
 
 KEYS = {"release_branch", "runner_tags", "gpu_runner_tags", "github_runs_on", "github_gpu_runs_on",
-        "github_environment", "github_actions", "timeouts"}
+        "github_environment", "github_actions", "timeouts", "platform_runner_tags", "github_platform_runs_on"}
 # A runner tag or label as both CI systems and a shell line can hold it unquoted: no space, quote, `$` or `*`.
 RUNNER_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 # A branch name as git allows it (git check-ref-format), narrowed to what a rules expression and a
@@ -67,6 +68,13 @@ class CiSettings:
     github_actions: dict = field(default_factory=lambda: {k: ActionPin(*v) for k, v in DEFAULT_ACTIONS.items()},
                                  hash=False)
     timeouts: dict = field(default_factory=lambda: dict(DEFAULT_TIMEOUTS), hash=False)
+    # ((platform, tags), ...): the runners that build a platform's layer images natively (arm64 runners for
+    # linux/arm64); a platform without one builds on the builders above, under QEMU emulation
+    platform_runner_tags: tuple = ()
+    github_platform_runs_on: tuple = ()
+
+    def platform_map(self, system: str) -> tuple:
+        return self.platform_runner_tags if system == "gitlab" else self.github_platform_runs_on
 
     def gpu_map(self, system: str) -> tuple:
         return self.gpu_runner_tags if system == "gitlab" else self.github_gpu_runs_on
@@ -103,6 +111,9 @@ def parse(loader, value: Any) -> CiSettings:
     for key in ("gpu_runner_tags", "github_gpu_runs_on"):
         if raw.get(key) is not None:
             out[key] = _gpu_map(loader, ("site", "ci", key), raw[key])
+    for key in ("platform_runner_tags", "github_platform_runs_on"):
+        if raw.get(key) is not None:
+            out[key] = _platform_map(loader, ("site", "ci", key), raw[key])
     if raw.get("github_environment") is not None:
         path = ("site", "ci", "github_environment")
         env = loader.string(path, raw["github_environment"])
@@ -133,6 +144,18 @@ def _labels(loader, path: tuple, items: Any) -> tuple:
     if not seen:
         raise loader.err(path, "is not a list of runner tags: it is empty", hint="leave the key out instead")
     return tuple(seen)
+
+
+def _platform_map(loader, path: tuple, value: Any) -> tuple:
+    """{platform: runner labels}: linux/arm64: [arm64] sends the arm64 layer images' jobs to arm64 runners."""
+    raw = loader.mapping(path, value, what="a mapping of platform to runner tags")
+    out = []
+    for name, items in raw.items():
+        if name not in platforms.PLATFORMS:
+            raise loader.err(path + (name,), f"unknown platform {str(name)[:40]!r}",
+                             hint="platforms imgbuild builds: " + ", ".join(platforms.PLATFORMS))
+        out.append((name, _labels(loader, path + (name,), items)))
+    return tuple(out)
 
 
 def _gpu_map(loader, path: tuple, value: Any) -> tuple:

@@ -678,7 +678,7 @@ class _Loader:
                                + (f" (did you mean {near!r}?)" if near else ""),
                                hint="platforms imgbuild builds: " + ", ".join(platforms.PLATFORMS))
             if item in given[:i]:
-                raise self.err(where + (i,), f"{item} is named twice")
+                raise self.err(where + (i,), f"{item} is listed twice")
         return sorted(given, key=platforms.PLATFORMS.index)
 
     def tags(self, path: tuple, name: str, raw: dict) -> list:

@@ -1,0 +1,154 @@
+"""Platforms (issue 22), without an engine: what a stack is built for, what an artifact's name says it runs
+on, which engine builds each platform (natively where declared, else under QEMU when binfmt_misc has a
+handler, else refused), and the argv that carries the platform to the engine. The real engine builds
+and releases a two-platform stack in tests/test_docker_platforms.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from builder.errors import EngineError
+from builder.load import platforms as plat
+from builder.load.spec import load_spec
+from builder.ship.checks import CheckResult, judge
+from builder.ship.engine import BuildRequest, Engine, Result
+from builder.ship.engines import binfmt_handler, engines, variable
+from builder.load.kinds import CheckSpec
+from conftest import run_cli, shipped_data, write_stacks
+from test_build_units import FakeRunner
+
+
+@pytest.mark.parametrize("name, platform", [
+    ("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl", "linux/amd64"),
+    ("torch-2.10.0-cp311-cp311-manylinux_2_28_aarch64.whl", "linux/arm64"),
+    ("numpy-2.1.0-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl", "linux/arm64"),
+    ("flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl", "linux/amd64"),
+    ("ninja-1.11.1.4-py3-none-musllinux_1_1_aarch64.whl", "linux/arm64"),
+    ("wheel-0.45.1-py3-none-any.whl", None),
+    ("torch-2.5.0-cp311-cp311-win_amd64.whl", None),            # another OS: not a linux platform
+    ("https://example.org/dl/cuda_12.8.0_570.86.10_linux_sbsa.run", "linux/arm64"),
+    ("https://example.org/libnccl2_2.27.3-1+cuda12.9_arm64.deb", "linux/arm64"),
+    ("https://github.com/x/tool/releases/download/v1/tool-linux-x86_64.tar.gz#sha256=ab", "linux/amd64"),
+    ("https://example.org/tool-v1.tar.gz", None),
+    ("https://example.org/both-x86_64-aarch64.tar.gz", None),     # names both: says nothing
+    ("https://example.org/x86_64/tool.tar.gz", None),             # a folder's name is not the file's
+])
+def test_an_artifact_names_its_platform(name, platform):
+    assert plat.artifact_platform(name) == platform
+
+
+def stacks(tmp_path: Path, **stack) -> Path:
+    data = shipped_data()
+    data["stacks"]["s"] = {"base": "ngc-25.09", "layers": ["ngc-25.09-site"], **stack}
+    return write_stacks(tmp_path, data)
+
+
+@pytest.mark.parametrize("gpus, declared, want", [
+    ([], None, ("linux/amd64",)),
+    (["H100"], None, ("linux/amd64",)),
+    (["GH200"], None, ("linux/arm64",)),
+    (["GB200", "GB300"], None, ("linux/arm64",)),
+    (["H100", "GH200"], None, ("linux/amd64", "linux/arm64")),
+    (["H100"], ["linux/arm64", "linux/amd64"], ("linux/amd64", "linux/arm64")),   # kept in imgbuild's order
+])
+def test_a_stacks_platforms_follow_its_gpus_unless_it_says(tmp_path, gpus, declared, want):
+    extra = {"platforms": declared} if declared else {}
+    assert load_spec(stacks(tmp_path, gpus=gpus, **extra)).stack("s").platforms == want
+
+
+@pytest.mark.parametrize("value, reason", [
+    ("linux/arm64", "expected a non-empty list of platforms, got a string"),
+    ([], "expected a non-empty list of platforms"),
+    (["arm64"], "unknown platform 'arm64' (did you mean 'linux/arm64'?)"),
+    (["linux/riscv64"], "unknown platform 'linux/riscv64'"),
+    (["linux/amd64", "linux/amd64"], "linux/amd64 is listed twice"),
+])
+def test_a_bad_platforms_value_is_refused_with_file_line_and_key(tmp_path, value, reason):
+    file = stacks(tmp_path, platforms=value)
+    for _ in range(2):   # the same refusal every time
+        res = run_cli("check", "-f", str(file))
+        assert res.code == 2 and f"{file}:" in res.err and "stacks.s.platforms" in res.err and reason in res.err, res.err
+        assert "Traceback" not in res.err
+
+
+def binfmt(tmp_path: Path, text: str | None) -> Path:
+    root = tmp_path / "binfmt_misc"
+    root.mkdir(parents=True)
+    (root / "status").write_text("enabled\n")
+    if text is not None:
+        (root / "qemu-aarch64").write_text(text)
+    return root
+
+
+REGISTERED = "enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: POCF\noffset 0\n"
+
+
+def engine_for(platform: str = "linux/amd64") -> Engine:
+    runner = FakeRunner({("/usr/bin/docker", "version", "--format", "{{.Server.Os}}/{{.Server.Arch}}"):
+                         Result(0, platform + "\n", "")})
+    return Engine(cli="/usr/bin/docker", mode="builtin", runner=runner, env={})
+
+
+@pytest.mark.parametrize("text, why", [
+    (None, "no QEMU handler for aarch64 is registered in binfmt_misc"),
+    ("disabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: POCF\n", "registered but disabled"),
+    ("enabled\ninterpreter /usr/bin/qemu-aarch64\nflags: OC\n", "lacks the F flag"),
+])
+def test_emulation_without_a_usable_handler_is_refused_with_the_fix(tmp_path, text, why):
+    root = binfmt(tmp_path, text)
+    assert why in binfmt_handler("linux/arm64", root)
+    with pytest.raises(EngineError, match="cannot build linux/arm64 images: no linux/arm64 engine is declared "
+                                          r"\(IMGBUILD_DOCKER_HOST_ARM64\)") as err:
+        engines(engine_for(), ["linux/amd64", "linux/arm64"], env={}, root=root)
+    assert "qemu-user-static" in err.value.hint and "IMGBUILD_DOCKER_HOST_ARM64" in err.value.hint
+
+
+def test_each_platform_gets_its_engine_native_declared_or_emulated(tmp_path):
+    root = binfmt(tmp_path, REGISTERED)
+    said = []
+    on = engines(engine_for(), ["linux/amd64", "linux/arm64"], env={}, say=said.append, root=root)
+    assert on["linux/amd64"].emulated is None
+    assert on["linux/arm64"].emulated == "linux/arm64 on a linux/amd64 engine"
+    assert on["linux/arm64"].engine is on["linux/amd64"].engine
+    assert any("QEMU emulation" in line and "many times slower" in line for line in said)
+    # A declared arm64 engine (another DOCKER_HOST) builds it natively: no emulation, no handler needed.
+    arm = engine_for("linux/arm64")
+    default = engine_for()
+    default.at = lambda host: arm if host == "ssh://grace-builder" else None
+    on = engines(default, ["linux/amd64", "linux/arm64"], env={variable("linux/arm64"): "ssh://grace-builder"},
+                 root=binfmt(tmp_path / "none", None))
+    assert on["linux/arm64"].engine is arm and on["linux/arm64"].emulated is None
+    # A declared engine of another platform is refused, naming what it is.
+    default.at = lambda host: engine_for("linux/amd64")
+    with pytest.raises(EngineError, match="IMGBUILD_DOCKER_HOST_ARM64=ssh://grace-builder is a linux/amd64 engine"):
+        engines(default, ["linux/arm64"], env={variable("linux/arm64"): "ssh://grace-builder"}, root=root)
+
+
+def test_the_platform_reaches_the_engine_in_build_run_and_pull(tmp_path):
+    engine = engine_for()
+    req = BuildRequest(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tag="t:1", build_args={}, labels={},
+                       platform="linux/arm64")
+    argv = engine.build_argv(req)
+    assert argv[argv.index("--platform") + 1] == "linux/arm64"
+    engine.run_container("img@sha256:" + "a" * 64, ["true"], platform="linux/arm64")
+    engine.pull("img@sha256:" + "a" * 64, "linux/arm64")
+    run, pull = engine.runner.calls[-2:]
+    assert run[run.index("--platform") + 1] == "linux/arm64" and run.index("--platform") < run.index("--entrypoint")
+    assert pull[:2] == ["/usr/bin/docker", "pull"] and pull[pull.index("--platform") + 1] == "linux/arm64"
+    assert "--platform" not in engine.build_argv(BuildRequest(context=tmp_path, dockerfile=tmp_path / "D", tag="t",
+                                                              build_args={}, labels={}))
+
+
+def test_a_gpu_check_under_emulation_is_skipped_with_that_reason_even_with_a_gpu():
+    checks = (CheckSpec(id="cuda", check="import", gpu=True, args=(("module", "torch"),), doc=""),
+              CheckSpec(id="imp", check="import", gpu=False, args=(("module", "torch"),), doc=""))
+    facts = {"imports": {"torch": {"ok": True}}}
+    native = judge(checks, facts, gpu=True)
+    emulated = judge(checks, facts, gpu=True, emulated="linux/arm64 on a linux/amd64 engine")
+    assert native[0].status != "skipped"
+    assert emulated[0] == CheckResult("cuda", "skipped", "skipped: needs a GPU, and this image runs under QEMU "
+                                      "emulation (linux/arm64 on a linux/amd64 engine), where no GPU check can pass",
+                                      True)
+    assert emulated[1].status == native[1].status
