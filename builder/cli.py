@@ -605,6 +605,8 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
 def export(target: str = typer.Argument(..., help="stack=NAME (its released image) or an image reference by digest."),
            fmt: str = typer.Option("squashfs", "--format", help="squashfs: an Enroot / pyxis image."),
            out: Path = typer.Option(..., "--out", "-o", help="The file to write (FILE.json beside it: its record)."),
+           platform: Optional[str] = typer.Option(None, "--platform", help="Of a release of several platforms, the "
+                                                  "one to export (default: this machine's, the node's)."),
            file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt, as_json: bool = JsonOpt) -> None:
     """Export a released image for a cluster: the same digest always gives the same bytes."""
     from builder import export as exporter
@@ -612,12 +614,14 @@ def export(target: str = typer.Argument(..., help="stack=NAME (its released imag
     json_mode("export", as_json)
     if fmt != "squashfs":
         raise SpecError(f"--format {fmt!r} is not a format imgbuild exports", hint="formats: squashfs")
+    if platform is not None and platform not in PLATFORMS:
+        raise SpecError(f"--platform {platform!r}: not one imgbuild builds", hint="platforms: " + ", ".join(PLATFORMS))
     if target.startswith("stack="):
         spec = load_spec(file, kinds=kinds or None)
         image = nodecheck.released_image(spec, select(spec, [target], False)[0])
     else:
         image = target
-    record = exporter.squashfs(image, out, say=lambda line: echo(line))
+    record = exporter.squashfs(image, out, say=lambda line: echo(line), platform=platform)
     echo(f"ok: {out} ({record['size'] / 1e9:.2f} GB, {record['sha256'][:19]}) from {image} in {record['seconds']} s")
     reply({"out": str(out), "image": image, "record": record})
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from builder.errors import ImgbuildError
+from builder.load import platforms as plat
 
 TOOLS = {"skopeo": "skopeo", "umoci": "umoci", "mksquashfs": "squashfs-tools", "unsquashfs": "squashfs-tools"}
 # Fixed so the bytes depend on the image alone (mksquashfs' defaults may differ between builds of it).
@@ -75,8 +76,12 @@ def enroot_files(config: dict) -> dict[str, str]:
     return {"etc/environment": env, "etc/rc": rc, "etc/fstab": "# Written by imgbuild export: no mounts of its own.\n"}
 
 
-def squashfs(image: str, out: Path, say: Callable[[str], None] = lambda line: None, insecure: bool = True) -> dict:
-    """Export `image` (a reference by digest: REGISTRY/REPO@sha256:...) to `out`. Returns the record."""
+def squashfs(image: str, out: Path, say: Callable[[str], None] = lambda line: None, insecure: bool = True,
+             platform: str | None = None) -> dict:
+    """Export `image` (a reference by digest: REGISTRY/REPO@sha256:...) to `out`. Returns the record.
+    platform: the entry of a release of several platforms (an index) to export; default this machine's,
+    the node's (a Grace node exports linux/arm64). A single image is exported as it is."""
+    platform = platform or plat.host()
     if "@sha256:" not in image:
         raise ExportError(f"{image!r} is not a reference by digest; an export must name the exact image")
     if os.geteuid() != 0:
@@ -86,9 +91,10 @@ def squashfs(image: str, out: Path, say: Callable[[str], None] = lambda line: No
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="imgbuild-export-", dir=out.parent) as tmp:
         layout, bundle = Path(tmp) / "oci", Path(tmp) / "bundle"
-        say(f"export: copying {image}")
-        _run(["skopeo", "copy", *(["--src-tls-verify=false"] if insecure else []), f"docker://{image}",
-              f"oci:{layout}:image"], "skopeo copy")
+        say(f"export: copying {image} ({platform})")
+        os_, arch = platform.split("/", 1)
+        _run(["skopeo", "copy", *(["--src-tls-verify=false"] if insecure else []), "--override-os", os_,
+              "--override-arch", arch, f"docker://{image}", f"oci:{layout}:image"], "skopeo copy")
         say("export: unpacking the rootfs")
         _run(["umoci", "unpack", "--image", f"{layout}:image", str(bundle)], "umoci unpack")
         config = image_config(layout)
@@ -111,7 +117,8 @@ def squashfs(image: str, out: Path, say: Callable[[str], None] = lambda line: No
         with open(part, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 digest.update(chunk)
-        record = {"source": image, "source_digest": image.split("@", 1)[1], "format": "squashfs (Enroot image format)",
+        record = {"source": image, "source_digest": image.split("@", 1)[1], "platform": platform,
+                  "format": "squashfs (Enroot image format)",
                   "file": out.name, "sha256": "sha256:" + digest.hexdigest(), "size": part.stat().st_size,
                   "created": created, "mksquashfs_options": SQUASHFS_OPTIONS + ["-all-time", str(epoch)],
                   "seconds": round(time.time() - started, 1)}

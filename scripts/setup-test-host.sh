@@ -6,9 +6,11 @@
 #   2. gitlab-ci-local (npm), which runs the pipelines `imgbuild ci gitlab` writes, for real
 #   3. a one-machine Slurm cluster (scripts/slurm-local.sh) for the node check's batch job
 #   4. nvcc and cuobjdump from PyPI (scripts/cuda-toolchain.sh), for the arch-coverage reader's tests
+#   5. PyPI's torch wheel for aarch64 (CPU-only up to 2.10) in the wheelhouse, for the two-platform stack
 # scripts/test.sh runs it after setup-host.sh. Idempotent: a second run only checks and takes seconds.
 #   IMGBUILD_STATE_DIR, IMGBUILD_LOG_DIR   as in setup-host.sh (default /var/lib/imgbuild, /var/log/imgbuild)
 #   IMGBUILD_CUDA_TOOLCHAIN                where the CUDA toolchain goes (scripts/cuda-toolchain.sh)
+#   IMGBUILD_WHEELHOUSE                    the wheelhouse (default: pip's find-links, else /opt/wheels)
 set -euo pipefail
 
 STATE_DIR="${IMGBUILD_STATE_DIR:-/var/lib/imgbuild}"
@@ -64,6 +66,29 @@ step "cuda toolchain"
 cuda=$(bash "$here/cuda-toolchain.sh" 2>"$LOG_DIR/cuda-toolchain.log") ||
     { tail -n 30 "$LOG_DIR/cuda-toolchain.log" >&2; die "scripts/cuda-toolchain.sh failed (log: $LOG_DIR/cuda-toolchain.log)"; }
 step_done "$cuda"
+
+# ---------------------------------------------------------------- 5. aarch64 torch wheel
+# PyPI's aarch64 torch wheels are CPU-only through 2.10.0 (2.11 and later need CUDA 13's wheels, GBs of
+# them): the arm64 side of the tests' two-platform CPU stack installs this one, checked by its sha256.
+step "torch aarch64 wheel"
+ARM_TORCH=torch-2.10.0-cp311-cp311-manylinux_2_28_aarch64.whl
+ARM_TORCH_SHA256=3282d9febd1e4e476630a099692b44fdc214ee9bf8ee5377732d9d9dfe5712e4
+wheelhouse="${IMGBUILD_WHEELHOUSE:-$(pip config get global.find-links 2>/dev/null | awk '{print $1}')}"
+wheelhouse="${wheelhouse:-/opt/wheels}"
+mkdir -p "$wheelhouse"
+if echo "$ARM_TORCH_SHA256  $wheelhouse/$ARM_TORCH" | sha256sum --check --status - 2>/dev/null; then
+    step_done "$wheelhouse/$ARM_TORCH already there"
+else
+    tmp=$(mktemp -d)
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux_2_28_aarch64 \
+        --python-version 3.11 --dest "$tmp" torch==2.10.0 >"$LOG_DIR/torch-aarch64.log" 2>&1 ||
+        { tail -n 20 "$LOG_DIR/torch-aarch64.log" >&2; rm -rf "$tmp"; die "pip download of $ARM_TORCH failed (log: $LOG_DIR/torch-aarch64.log)"; }
+    echo "$ARM_TORCH_SHA256  $tmp/$ARM_TORCH" | sha256sum --check --status - ||
+        { rm -rf "$tmp"; die "$ARM_TORCH from PyPI does not have sha256 $ARM_TORCH_SHA256"; }
+    mv "$tmp/$ARM_TORCH" "$wheelhouse/$ARM_TORCH.part" && mv "$wheelhouse/$ARM_TORCH.part" "$wheelhouse/$ARM_TORCH"
+    rm -rf "$tmp"
+    step_done "downloaded to $wheelhouse"
+fi
 
 log "---------------- summary ----------------"
 for t in "${STEP_TIMES[@]}"; do log "  step $t"; done

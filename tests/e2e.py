@@ -73,12 +73,14 @@ def key_states(stacks: str, stack: str) -> dict:
     """{layer: (state, digest)} for every key of the stack in the registry, state "complete" (an image
     with its passing proof), "absent" (no key tag) or "half: WHY". A killed build may leave only the
     first two; racing builders must leave only complete ones."""
+    from builder.ship.bases import resolve
     from builder.ship.manifest import fetch_manifest, verdict
     from builder.plan.keys import make_plan
     from builder.load.spec import load_spec
     spec = load_spec(stacks)
     reg = Registry(REGISTRY)
-    plan = make_plan(spec, [stack], {spec.stack(stack).base.name: reg.manifest_digest("mirror/debian", "bookworm")})
+    # The base as build resolves it: the mirrored Debian is an index, each platform's chain on its own entry.
+    plan = make_plan(spec, [stack], resolve(spec, [stack]).require())
     out = {}
     for node in plan.chain(stack):
         repo = f"{spec.site.namespace}/layers/{node.name}"

@@ -195,6 +195,11 @@ FAILS = [
     Fail("h100-on-arm64", S("ngc2509", ["site"], gpus=["H100"], platforms=["linux/arm64"]), "IB013", "error",
          r"H100's nodes run an x86 CPU \(x86_64, linux/amd64 images\); this stack is built for linux/arm64 only",
          "stacks.s.gpus[0]"),
+    # -- IB015 an NGC month not known to publish arm64, for an arm64 stack ------------------------
+    Fail("gh200-on-ngc-24.01", S("ngc2401", ["site"], gpus=["GH200"]), "IB015", "unknown",
+         r"NGC 24\.01 is not known to publish a linux/arm64 image; stack 's' is built for linux/arm64", "stacks.s.base"),
+    Fail("gh200-on-ngc-25.03", S("ngc2503", ["site"], gpus=["GH200"]), "IB015", "unknown",
+         r"NGC 25\.03 is not known to publish a linux/arm64 image \(a source says so, unconfirmed\)", "stacks.s.base"),
     # -- IB014 an artifact of another platform than the layer's ------------------------------------
     Fail("x86-wheel-in-arm64-layer", S("deb", ["cput"], gpus=[], platforms=["linux/arm64"]), "IB014", "error",
          r"torch-2\.13\.0\+cpu-cp311-cp311-manylinux_2_28_x86_64\.whl is built for linux/amd64 \(x86_64\); stack 's' "

@@ -120,14 +120,17 @@ def parse(image: str, stdout: str, stderr: str, returncode: int) -> NodeReport:
 def run(engine: Engine, image: str, procs: int = 2, gpus: bool | None = None, env: dict | None = None,
         options: dict | None = None, timeout: float = 900) -> NodeReport:
     """Run the check in `image` with `procs` ranks. gpus: NCCL on the engine's GPUs (default: when it has
-    any). env: variables every rank gets (a fault put in on purpose, a site's NCCL settings)."""
+    any). env: variables every rank gets (a fault put in on purpose, a site's NCCL settings). A release of
+    several platforms (an index) runs its entry for the engine's own platform, the node's."""
     gpus = engine.has_gpu() if gpus is None else gpus
+    platform = engine.platform()
     if engine.inspect(image) is None:
-        engine.pull(image)
+        engine.pull(image, platform)
     # gloo on a container with only its loopback: name the interface, or it resolves the hostname
     base_env = {} if gpus else {"GLOO_SOCKET_IFNAME": "lo"}
     res = engine.run_container(image, worker_argv(procs, options or {}), mounts=[(str(WORKER), IN_IMAGE)],
-                               gpus=gpus, env={**base_env, **_fault(), **(env or {})}, shm_size="1g", timeout=timeout)
+                               gpus=gpus, env={**base_env, **_fault(), **(env or {})}, shm_size="1g", timeout=timeout,
+                               platform=platform)
     return parse(image, res.stdout, res.stderr, res.returncode)
 
 

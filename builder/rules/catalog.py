@@ -138,6 +138,13 @@ def gpu_generation(gpu: Gpu) -> str | None:
     return next((name for name, ccs in gpu_generations().items() if gpu.cc in ccs), None)
 
 
+def ngc_arm64(release: str) -> Known | None:
+    """Whether NGC PyTorch `release` publishes a linux/arm64 (SBSA) image in its plain tag, with the source
+    that shows it; None where no source says (not that it has none)."""
+    rec = _data()["ngc_pytorch_arm64"]["months"].get(release)
+    return Known(True, rec["source"], bool(rec["verified"])) if rec else None
+
+
 @cache
 def ngc_releases() -> dict[str, NgcRelease]:
     out = {}

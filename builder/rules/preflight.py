@@ -54,6 +54,7 @@ class Ctx:
     spec: Spec
     stack: Stack
     facts: StackFacts
+    lock: object = None   # the lock file (builder.plan.lockfile.Lock), where there is one
 
     def stack_key(self, *rest) -> tuple:
         """Where in stacks.yaml this stack's `rest[0]` is written: the stack itself or one it extends."""
@@ -247,22 +248,45 @@ def gpu_host_cpu(ctx: Ctx) -> Iterator[Finding]:
                            "both partitions), or name the GPU of the nodes it is for")
 
 
+@rule("IB015", "an NGC month not known to publish an arm64 image, for an arm64 stack")
+def ngc_arm64(ctx: Ctx) -> Iterator[Finding]:
+    """NGC PyTorch tags are indexes of linux/amd64 and, in later months, linux/arm64 (SBSA) images. The
+    catalog records the months a source shows with an arm64 image; for another month it is not known. A lock
+    entry that resolved the tag for linux/arm64 (imgbuild lock) settles it, and a build on a base that has no
+    arm64 image is refused when its digest is resolved."""
+    base = ctx.stack.base
+    if plat.ARM64 not in ctx.stack.platforms or base.family != "ngc-pytorch":
+        return
+    entry = ctx.lock.bases.get(base.name) if ctx.lock is not None else None
+    if entry is not None and base.locked_by(entry, ctx.spec.site) and plat.ARM64 in entry.platforms:
+        return
+    ngc = catalog.ngc_release(base.image)
+    known = catalog.ngc_arm64(ngc.release) if ngc is not None else None
+    if known is not None and known.verified:
+        return
+    month = f"NGC {ngc.release}" if ngc is not None else base.ref(ctx.spec.site)
+    yield ctx.find("IB015", "unknown", ctx.stack_key("base"),
+                   f"{month} is not known to publish a linux/arm64 image"
+                   + (" (a source says so, unconfirmed)" if known is not None else "")
+                   + f"; stack {ctx.stack.name!r} is built for linux/arm64",
+                   known=known, source="" if known is not None else
+                   "catalog ngc_pytorch_arm64: the months a source shows with an arm64 (SBSA) image",
+                   fix="imgbuild lock base=NAME resolves the tag's index for each platform (and refuses one without "
+                       "an arm64 image); or use a month known to have one (25.09, 25.11)")
+
+
 @rule("IB014", "an artifact built for another platform than the layer")
 def artifact_platform(ctx: Ctx) -> Iterator[Finding]:
     """A wheel's platform tag (manylinux_2_28_x86_64), a download's CPU word (linux-aarch64, _sbsa): such an
     artifact runs on one platform only, and every layer of a stack is built for each of the stack's
-    platforms. A list of wheels (one per platform) must name a wheel for each, and none for another."""
+    platforms. A list of wheels (one per platform) must name a wheel for each."""
     want = ctx.stack.platforms
     for layer in ctx.stack.chain:
         for pname, value in layer.params:
             if isinstance(value, WheelPins):
-                have = {plat.wheel_platform(p.file): i for i, p in enumerate(value.pins)}
-                for platform, i in have.items():
-                    if platform not in want:
-                        yield ctx.find("IB014", "error", ctx.layer_key(layer, pname, i, "file"),
-                                       f"{value.pins[i].file} is a {platform} wheel; stack {ctx.stack.name!r} is built "
-                                       f"for {plat.label(want)}", source=WHEEL_TAGS,
-                                       fix=f"add {platform} to the stack's platforms, or remove the wheel")
+                # A wheel for a platform the stack is not built for is never installed (a layer shared by an
+                # amd64 stack and a two-platform one names both); a platform without its wheel cannot build.
+                have = {plat.wheel_platform(p.file) for p in value.pins}
                 for platform in want:
                     if platform not in have:
                         yield ctx.find("IB014", "error", ctx.layer_key(layer, pname),
@@ -735,7 +759,7 @@ def preflight(spec: Spec, stacks: Iterable[str], lock=None, strict: bool = False
     out: list[Finding] = []
     for name in stacks:
         stack = spec.stack(name)
-        ctx = Ctx(spec, stack, resolve(spec, stack, lock))
+        ctx = Ctx(spec, stack, resolve(spec, stack, lock), lock)
         for r in RULES:
             out.extend(r.check(ctx))
     return ordered(make_strict(out) if strict else out)
