@@ -152,3 +152,26 @@ def test_a_gpu_check_under_emulation_is_skipped_with_that_reason_even_with_a_gpu
                                       "emulation (linux/arm64 on a linux/amd64 engine), where no GPU check can pass",
                                       True)
     assert emulated[1].status == native[1].status
+
+
+ARM_WHEEL = {"file": "torch-2.10.0-cp311-cp311-manylinux_2_28_aarch64.whl",
+             "sha256": "3282d9febd1e4e476630a099692b44fdc214ee9bf8ee5377732d9d9dfe5712e4"}
+
+
+def test_render_out_writes_each_platforms_chain_with_its_platform(tmp_path):
+    import json
+    data = shipped_data()
+    params = data["layers"]["cpu-torch-2.13"]["params"]
+    params["wheel"] = [params["wheel"], ARM_WHEEL]
+    data["stacks"]["cpu-smoke"]["platforms"] = ["linux/amd64", "linux/arm64"]
+    file = write_stacks(tmp_path / "site", data)
+    res = run_cli("render", "stack=cpu-smoke", "-f", str(file), "--out", str(tmp_path / "out"))
+    assert res.code == 0, res.output
+    names = sorted(p.name for p in (tmp_path / "out" / "cpu-smoke").iterdir())
+    assert names[:2] == ["00-cpu-torch-2.13.amd64.Dockerfile", "00-cpu-torch-2.13.arm64.Dockerfile"] and len(names) == 8
+    arm = (tmp_path / "out" / "cpu-smoke" / "00-cpu-torch-2.13.arm64.Dockerfile").read_text()
+    assert ARM_WHEEL["file"] in arm and "x86_64.whl" not in arm
+    bake = json.loads((tmp_path / "out" / "docker-bake.json").read_text())
+    assert sorted(t["platforms"][0] for t in bake["target"].values()) == ["linux/amd64"] * 4 + ["linux/arm64"] * 4
+    script = (tmp_path / "out" / "build.sh").read_text()
+    assert script.count(" linux/arm64 ") == 4 and '--platform "$platform"' in script
