@@ -197,3 +197,30 @@ def test_an_index_without_the_platform_a_stack_needs_leaves_the_base_unresolved(
     assert "has no linux/arm64 image (it holds linux/amd64)" in found.unresolved["ngc-25.09"]
     with pytest.raises(RegistryError, match="cannot resolve base 'ngc-25.09'.*no linux/arm64 image"):
         found.require()
+
+
+def test_preflight_reads_each_platforms_measurements_of_the_base(tmp_path):
+    """The lock measured each image of the index: a fact true of the amd64 image only (its torch has sm_90
+    kernels) does not speak for the arm64 one, whose finding names its own probe."""
+    from builder.rules.preflight import preflight
+    path = gh200_site(tmp_path)
+    ref = "nvcr.io/nvidia/pytorch:25.09-py3"
+
+    def facts(archs):
+        return {"python": "3.12.3", "torch": "2.9.0a0+50eac811a6", "cuda": "13.0.1", "torch_archs": archs}
+    entry = {"image": ref, "digest": "sha256:" + "f" * 64, "probed": "2026-12-04T00:00:00Z",
+             "facts": facts("sm_80;sm_90;sm_100"),
+             "platforms": {"linux/amd64": {"digest": NGC_AMD64, "facts": facts("sm_80;sm_90;sm_100")},
+                           "linux/arm64": {"digest": NGC_ARM64, "facts": facts("sm_80;sm_100;sm_120")}}}
+    (tmp_path / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {"ngc-25.09": entry}}))
+    spec = load_spec(path)
+    for _ in range(2):
+        found = [f for f in preflight(spec, ["h100-gh200", "gh200-megatron"]) if f.rule == "IB012"]
+        said = {(f.stack, f.message.split(";")[0]) for f in found}
+        assert {("h100-gh200", "the base's torch has no kernels for GH200 (sm_90)"),
+                ("gh200-megatron", "the base's torch has no kernels for GH200 (sm_90)")} <= said, found
+        assert all(f"@{NGC_ARM64} (linux/arm64)" in f.source for f in found)   # never the amd64 probe
+    # Both images with sm_90: nothing to say.
+    entry["platforms"]["linux/arm64"]["facts"] = facts("sm_80;sm_90;sm_100")
+    (tmp_path / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {"ngc-25.09": entry}}))
+    assert not [f for f in preflight(load_spec(path), ["h100-gh200", "gh200-megatron"]) if f.rule == "IB012"]

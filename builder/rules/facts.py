@@ -121,17 +121,22 @@ def _declared_facts(base: Base) -> dict[str, Fact]:
             for name, value in base.provides}
 
 
-def _measured_facts(spec: Spec, base: Base, lock: Any, names: tuple) -> tuple[dict[str, Fact], str]:
+def _measured_facts(spec: Spec, base: Base, lock: Any, names: tuple,
+                    platform: str | None = None) -> tuple[dict[str, Fact], str]:
+    """What `imgbuild lock` measured in the base: in the image of `platform`, where the lock probed each
+    platform of an index (NGC's arm64 image may hold another torch build than its amd64 one)."""
     entry = lock.bases.get(base.name) if lock is not None else None
     if entry is None:
         return {}, ""
     if not base.locked_by(entry, spec.site):
         return {}, (f"{lock.file} was probed from {entry.image}@{entry.digest}, not the base stacks.yaml names "
                     f"now; run `imgbuild lock` again")
-    source = f"{lock.file}: probe of {entry.image}@{entry.digest} on {entry.probed}"
+    each = entry.platforms.get(platform) if platform else None
+    source = (f"{lock.file}: probe of {entry.image}@{each.digest} ({platform}) on {entry.probed}" if each else
+              f"{lock.file}: probe of {entry.image}@{entry.digest} on {entry.probed}")
     key = ("bases", base.name)
-    return {name: Fact(as_version(value), "measured", source, True, key) for name, value in entry.facts.items()
-            if name in names}, ""
+    return {name: Fact(as_version(value), "measured", source, True, key)
+            for name, value in (each.facts if each else entry.facts).items() if name in names}, ""
 
 
 def _derive(facts: dict[str, Fact], family: str) -> None:
@@ -152,13 +157,15 @@ def _derive(facts: dict[str, Fact], family: str) -> None:
                                             cuda.verified, cuda.key))
 
 
-def resolve(spec: Spec, stack: Stack, lock: Any = None, below: str | None = None) -> StackFacts:
+def resolve(spec: Spec, stack: Stack, lock: Any = None, below: str | None = None,
+            platform: str | None = None) -> StackFacts:
     """The facts of one stack: its base's, then what every layer of its chain adds (only the layers
-    beneath layer `below`, when given: what that layer is installed over)."""
+    beneath layer `below`, when given: what that layer is installed over). platform: whose measurements
+    of the base count (default the stack's first platform)."""
     base = stack.base
     sf = StackFacts(stack=stack)
     names = base_fact_names(spec)
-    measured, sf.lock_note = _measured_facts(spec, base, lock, names)
+    measured, sf.lock_note = _measured_facts(spec, base, lock, names, platform or stack.platforms[0])
     by_origin = {"measured": measured, "declared": _declared_facts(base), "catalog": _catalog_facts(base, names)}
     for name in names:
         found = [by_origin[o][name] for o in ORIGINS if name in by_origin[o]]

@@ -759,7 +759,11 @@ def preflight(spec: Spec, stacks: Iterable[str], lock=None, strict: bool = False
     out: list[Finding] = []
     for name in stacks:
         stack = spec.stack(name)
-        ctx = Ctx(spec, stack, resolve(spec, stack, lock), lock)
-        for r in RULES:
-            out.extend(r.check(ctx))
+        # Each platform's facts (the lock measures each image of an index); a finding on both is said once.
+        said: list[Finding] = []
+        for i, platform in enumerate(stack.platforms):
+            ctx = Ctx(spec, stack, resolve(spec, stack, lock, platform=platform), lock)
+            found = [f for r in RULES for f in r.check(ctx)]
+            said += found if i == 0 else [f for f in found if f not in said]
+        out += said
     return ordered(make_strict(out) if strict else out)
