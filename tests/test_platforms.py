@@ -175,3 +175,24 @@ def test_render_out_writes_each_platforms_chain_with_its_platform(tmp_path):
     assert sorted(t["platforms"][0] for t in bake["target"].values()) == ["linux/amd64"] * 4 + ["linux/arm64"] * 4
     script = (tmp_path / "out" / "build.sh").read_text()
     assert script.count(" linux/arm64 ") == 4 and '--platform "$platform"' in script
+
+
+def test_deepspeed_ops_built_for_arm64_get_py_cpuinfo_first_and_amd64_text_is_unchanged(tmp_path):
+    """Under QEMU, DeepSpeed's lscpu fallback reads the x86 host's /proc/cpuinfo and compiles cpu_adam with
+    -D__AVX512__ (immintrin.h: no such file): py-cpuinfo, installed before the build, says ARM and NEON
+    (docs/measurements/2026-12-04-arm64-emulation.txt). An amd64 chain renders as it always did."""
+    from builder.plan.render import render_layer
+    data = shipped_data()
+    params = data["layers"]["cpu-torch-2.13"]["params"]
+    params["wheel"] = [params["wheel"], ARM_WHEEL]
+    data["stacks"]["cpu-smoke"]["platforms"] = ["linux/amd64", "linux/arm64"]
+    spec = load_spec(write_stacks(tmp_path, data))
+    stack, ds = spec.stack("cpu-smoke"), spec.layers["ds-0.19.8-cpu"]
+    amd, arm = render_layer(spec, stack, ds, "linux/amd64"), render_layer(spec, stack, ds, "linux/arm64")
+    assert "py-cpuinfo" not in amd and amd == render_layer(spec, stack, ds)
+    first, build = arm.index("pip install --progress-bar off py-cpuinfo==9.0.0"), arm.index("deepspeed==0.19.8")
+    assert first < build and arm.count("\nRUN ") == amd.count("\nRUN ") + 1
+    # No prebuilt op, nothing to compile: no extra step on arm64 either.
+    data["layers"]["ds-0.19.8-cpu"]["params"]["ops"] = []
+    spec = load_spec(write_stacks(tmp_path / "noops", data))
+    assert "py-cpuinfo" not in render_layer(spec, spec.stack("cpu-smoke"), spec.layers["ds-0.19.8-cpu"], "linux/arm64")

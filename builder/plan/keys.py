@@ -292,7 +292,7 @@ def _plan_chain(plan: Plan, spec: Spec, stack: Stack, platform: str, digests: di
         layer = layer.for_platform(platform)
         memo = (layer.name, stack.base.name, stack.arch_list if stack.compiles_cuda(layer) else None, platform)
         if memo not in texts:
-            texts[memo] = render_layer(spec, stack, layer)
+            texts[memo] = render_layer(spec, stack, layer, platform)
         text, locked = texts[memo], ()
         entry = python_entry(lock, stack, layer, platform)
         if entry is not None:

@@ -18,7 +18,9 @@ from typing import Any
 import jinja2
 
 from builder.errors import RenderError
+from builder.load import platforms as plat
 from builder.load.kindpath import SKELETON, Templates
+from builder.load import platforms as plat
 from builder.load.params import CONTROL, EnvPath, FileRef, GitPin, WheelPin
 from builder.load.spec import LayerDef, Spec, Stack, arch_list
 from builder.rules import catalog
@@ -177,9 +179,9 @@ class CudaTargets:
         raise RenderError(f"no spelling of the arch list for {variable!r}", hint="allowed: " + ", ".join(self.SPELLINGS))
 
 
-def layer_context(stack: Stack, layer: LayerDef) -> dict:
+def layer_context(stack: Stack, layer: LayerDef, platform: str = plat.DEFAULT) -> dict:
     """What a fragment sees. Only what can change the layer's bytes: never the stack's name, so that
-    stacks sharing a prefix share its images."""
+    stacks sharing a prefix share its images. platform: what the layer is built for (linux/arm64)."""
     params = dict(layer.params)
     sources = {k: f"sources/{k}" for k, v in params.items() if isinstance(v, GitPin)}
     wheels = {k: v for k, v in params.items() if isinstance(v, WheelPin)}
@@ -192,12 +194,13 @@ def layer_context(stack: Stack, layer: LayerDef) -> dict:
         "cuda": cuda,
         "sources": sources,
         "wheels": wheels,
+        "platform": platform,
     }
 
 
-def render_layer(spec: Spec, stack: Stack, layer: LayerDef) -> str:
+def render_layer(spec: Spec, stack: Stack, layer: LayerDef, platform: str = plat.DEFAULT) -> str:
     env = environment(getattr(spec.kinds, "templates", None) or spec.root)
-    ctx = layer_context(stack, layer)
+    ctx = layer_context(stack, layer, platform)
     try:
         fragment = env.get_template(layer.kind.fragment).render(**ctx)
         bad = FORBIDDEN.search(fragment)
