@@ -45,9 +45,10 @@ def both(data, smoke: str | None = None):
 
 
 def run(ref: str, platform: str, *argv: str) -> str:
-    """docker run of one platform's entry of a release tag. Docker 20.10 keeps one image per local name, so the
-    entry is pulled first, by platform (by the index's digest the second platform would be refused: "Cannot
-    overwrite digest")."""
+    """docker run of one platform's entry of a release tag. Docker 20.10 keeps one image per local name and
+    digest: the other platform's entry, pulled before, is removed (with the references it holds), else the
+    pull is refused ("Cannot overwrite digest"); then this platform's entry is pulled."""
+    subprocess.run([DOCKER, "image", "rm", "--force", ref], capture_output=True, timeout=300)
     subprocess.run([DOCKER, "pull", "--quiet", "--platform", platform, ref], check=True, capture_output=True,
                    timeout=900)
     proc = subprocess.run([DOCKER, "run", "--rm", "--platform", platform, "--network", "none", ref, *argv],
@@ -109,7 +110,7 @@ def test_the_index_runs_on_each_platform(built):
     assert run(ref, "linux/arm64", "uname", "-m") == "aarch64"
     assert run(ref, "linux/amd64", "uname", "-m") == "x86_64"
     code = "import torch, deepspeed, platform; print(platform.machine(), torch.__version__, deepspeed.__version__)"
-    assert run(ref, "linux/arm64", "python", "-c", code) == "aarch64 2.10.0 0.19.8"
+    assert run(ref, "linux/arm64", "python", "-c", code) == "aarch64 2.10.0+cpu 0.19.8"
     assert run(ref, "linux/amd64", "python", "-c", code) == "x86_64 2.13.0+cpu 0.19.8"
     # The local tag of the mirrored base stays the amd64 image other tests build FROM.
     subprocess.run([DOCKER, "pull", "--quiet", f"{REGISTRY}/mirror/debian:bookworm"], check=True, capture_output=True)
