@@ -196,3 +196,42 @@ def test_deepspeed_ops_built_for_arm64_get_py_cpuinfo_first_and_amd64_text_is_un
     data["layers"]["ds-0.19.8-cpu"]["params"]["ops"] = []
     spec = load_spec(write_stacks(tmp_path / "noops", data))
     assert "py-cpuinfo" not in render_layer(spec, spec.stack("cpu-smoke"), spec.layers["ds-0.19.8-cpu"], "linux/arm64")
+
+
+def test_each_platform_installs_its_own_locked_python_set(tmp_path):
+    """The Python lock holds one resolved set per platform (its wheels and hashes are that platform's): the
+    arm64 chain installs the arm64 entry, the amd64 chain the amd64 one; a platform without an entry is
+    said missing by `lock --check`, and that chain is not built from intent."""
+    import yaml
+    from builder.plan.keys import make_plan
+    from builder.plan.lockfile import stale_entries
+    from builder.errors import SpecError
+    data = shipped_data()
+    params = data["layers"]["cpu-torch-2.13"]["params"]
+    params["wheel"] = [params["wheel"], ARM_WHEEL]
+    data["layers"]["numpy-any"] = {"kind": "pip", "params": {"packages": ["numpy>=2"]}}   # floats: needs the lock
+    data["stacks"]["cpu-smoke"].update(platforms=["linux/amd64", "linux/arm64"], layers=["cpu-torch-2.13", "numpy-any"])
+    file = write_stacks(tmp_path, data)
+    lock = tmp_path / "stacks.lock.yaml"
+    lock.write_text(yaml.safe_dump({"version": 1, "bases": {}}))   # beside a lock file a range is intent
+    stack = load_spec(file).stack("cpu-smoke")
+
+    def entry(platform, wheel):
+        return {"stack": "cpu-smoke", "parent": "p", "definition": stack.layer_definition("numpy-any", None),
+                "resolved": "2026-12-04T12:00:00Z", "platform": platform,
+                "steps": [[{"name": "numpy", "version": "2.4.6", "sha256": wheel * 64, "requested": True,
+                            "url": f"https://files.example/numpy-2.4.6-{platform.split('/')[1]}.whl"}]]}
+    lock.write_text(yaml.safe_dump({"version": 1, "bases": {}, "python": {"numpy-any": [entry("linux/amd64", "a")]}}))
+    assert "python.numpy-any: missing on linux/arm64: 'numpy>=2' floats" in "\n".join(stale_entries(load_spec(file)))
+    with pytest.raises(SpecError, match="floats .* has an entry resolved for another definition"):
+        make_plan(load_spec(file), ["cpu-smoke"], {"debian-bookworm": "sha256:" + "ab" * 32})
+    lock.write_text(yaml.safe_dump({"version": 1, "bases": {}, "python": {
+        "numpy-any": [entry("linux/amd64", "a"), entry("linux/arm64", "b")]}}))
+    spec = load_spec(file)
+    assert not [line for line in stale_entries(spec) if "numpy-any" in line]
+    plan = make_plan(spec, ["cpu-smoke"], {"debian-bookworm": "sha256:" + "ab" * 32})
+    locked = {p: plan.chain("cpu-smoke", p)[1].locked for p in ("linux/amd64", "linux/arm64")}
+    assert locked == {"linux/amd64": ("numpy==2.4.6 --hash=sha256:" + "a" * 64 + "\n",),
+                      "linux/arm64": ("numpy==2.4.6 --hash=sha256:" + "b" * 64 + "\n",)}
+    keys = {p: plan.chain("cpu-smoke", p)[1].inputs["python"] for p in locked}
+    assert keys["linux/amd64"] != keys["linux/arm64"]
