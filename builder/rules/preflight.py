@@ -752,6 +752,19 @@ def base_facts(ctx: Ctx) -> Iterator[Finding]:
 
 # -- running the rules ------------------------------------------------------------------------------
 
+GPU_KEY = re.compile(r"^stacks\.[^.\[]+\.gpus\[(\d+)\]")
+
+
+def _judged_on(stack: Stack, finding: Finding, platform: str) -> bool:
+    """Whether a finding of the pass over `platform`'s facts stands: one about a GPU of the stack only on the
+    platform of that GPU's nodes (on the first platform where the stack is not built for them: IB013)."""
+    m = GPU_KEY.match(finding.key or "")
+    if len(stack.platforms) == 1 or not m or int(m.group(1)) >= len(stack.gpus):
+        return True
+    host = plat.of_cpu(catalog.gpu_host(stack.gpus[int(m.group(1))].name).value)
+    return host == platform or (host not in stack.platforms and platform == stack.platforms[0])
+
+
 def preflight(spec: Spec, stacks: Iterable[str], lock=None, strict: bool = False) -> list[Finding]:
     """Findings of every rule for the named stacks; lock: a builder.ship.lock.Lock, else the lock file beside
     the spec is read when there is one. strict: warnings become errors."""
@@ -759,11 +772,12 @@ def preflight(spec: Spec, stacks: Iterable[str], lock=None, strict: bool = False
     out: list[Finding] = []
     for name in stacks:
         stack = spec.stack(name)
-        # Each platform's facts (the lock measures each image of an index); a finding on both is said once.
+        # Each platform's facts (the lock measures each image of an index); a finding on both is said once,
+        # and one about a GPU only where that GPU's nodes are (an H100 is judged by the amd64 image's facts).
         said: list[Finding] = []
         for i, platform in enumerate(stack.platforms):
             ctx = Ctx(spec, stack, resolve(spec, stack, lock, platform=platform), lock)
-            found = [f for r in RULES for f in r.check(ctx)]
+            found = [f for r in RULES for f in r.check(ctx) if _judged_on(stack, f, platform)]
             said += found if i == 0 else [f for f in found if f not in said]
         out += said
     return ordered(make_strict(out) if strict else out)
