@@ -272,11 +272,13 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
         stack = users[name]
         try:
             found = entries.get(stack.base.name) or {}
-            base_digest = {p: e["digest"] for p, e in found["platforms"].items()} if found.get("platforms") \
-                else found.get("digest")
+            # The base as its reference names it (an index's own digest) is what the entry stands for, as
+            # preflight reads it (Lock.base_digest); the chain is planned on each platform's entry.
+            base_digest = found.get("digest")
             if not base_digest:
                 raise SpecError(f"layer {name!r}: its base {stack.base.name!r} could not be locked")
-            ref, digest = layer_image(spec, stack, name, base_digest)
+            planned = {p: e["digest"] for p, e in found["platforms"].items()} if found.get("platforms") else base_digest
+            ref, digest = layer_image(spec, stack, name, planned)
             facts = probe(engine, f"{ref.rsplit(':', 1)[0]}@{digest}", spec.kinds.values())
         except ImgbuildError as exc:
             failures.append(exc)
