@@ -30,6 +30,7 @@ KEY_DOCS = {
         "namespace": "The repository path under which layer images and releases are pushed (default imgbuild).",
         "description": "Free text.",
         "driver_floor": "The oldest NVIDIA driver on the site's GPU nodes (e.g. 580.65.06): preflight checks every base's CUDA against it.",
+        "epoch": "A deliberate rebuild of everything: a whole number or a word, an input of every content key (raise it to rebuild every layer). Upgrading imgbuild changes no key by itself.",
         "ci": "How `imgbuild ci` writes pipelines (below).",
     },
     "site.ci": {

@@ -183,10 +183,39 @@ def test_description_and_tags_change_no_key(baseline, mutated):
     assert changed(baseline, mutated(fn)) == set()
 
 
-def test_builder_version(baseline, tmp_path, monkeypatch):
-    monkeypatch.setattr(builder.plan.keys, "__version__", "999.0.0")
+def test_an_upgrade_of_imgbuild_changes_no_key(baseline, tmp_path, monkeypatch):
+    """Issue 23: imgbuild's version is no input of a key; only what it renders is."""
+    import builder
+    for module in (builder, builder.plan.keys):
+        monkeypatch.setattr(module, "__version__", "999.0.0", raising=False)
     after = keys_of(write_stacks(tmp_path / "v", shipped_data()))
-    assert changed(baseline, after) == set(baseline)
+    assert after == baseline
+    assert not any("builder_version" in n.inputs for n in make_plan(load_spec(tmp_path / "v" / "stacks.yaml")).nodes.values())
+
+
+def test_the_epoch_changes_every_key_and_says_so(baseline, mutated, tmp_path):
+    """The deliberate rebuild: site.epoch moves every key; 2 and "2" are one epoch."""
+    def epoch(value):
+        return lambda d: d.setdefault("site", {}).__setitem__("epoch", value)
+    two = mutated(epoch(2))
+    assert changed(baseline, two) == set(baseline)
+    assert mutated(epoch("2")) == two
+    assert changed(two, mutated(epoch(3))) == set(baseline)
+    data = shipped_data()
+    epoch(2)(data)
+    path = write_stacks(tmp_path / "explained", data)
+    out = run_cli("plan", "stack=cpu-smoke", "--explain", "-f", str(path))
+    assert out.code == 0, out.output
+    assert out.output.count('epoch: "2"') == 4   # every node of cpu-smoke's chain
+
+
+@pytest.mark.parametrize("value", ["", "two words", "x" * 65, True, [1], {"a": 1}, 1.5])
+def test_a_bad_epoch_is_refused_naming_the_key(tmp_path, value):
+    data = shipped_data()
+    data.setdefault("site", {})["epoch"] = value
+    out = run_cli("check", "-f", str(write_stacks(tmp_path, data)))
+    assert out.code != 0 and "site.epoch" in out.output and "not an epoch" in out.output, out.output
+    assert "Traceback" not in out.output
 
 
 # -- the layer kinds: files/ and fragment text -----------------------------------------------------
@@ -255,6 +284,17 @@ def test_a_fragment_in_the_middle_of_the_chain(tmp_path, baseline):
     expect = downstream("megatron-core-0.16", "megatron-core-0.17")
     assert {s for s, _ in expect} == set(H100)
     assert changed(baseline, keys_of(root / "stacks.yaml")) == expect
+
+
+def test_template_comments_that_never_reach_the_dockerfile_change_no_key(tmp_path, baseline):
+    """A Jinja comment, in a fragment, in the skeleton and in the shared macros, renders to nothing: no key moves.
+    (The positive control is test_a_fragment_template_text: the same place, rendered text, keys move.)"""
+    root = kinds_site(tmp_path, "comments")
+    note = "{# reworded: this comment is for whoever edits the template #}"
+    for path in [root / "Dockerfile.j2", *sorted((root / "layers").glob("*/fragment.j2")),
+                 *sorted((root / "layers").glob("*.j2"))]:
+        path.write_text(note + path.read_text() + note)
+    assert keys_of(root / "stacks.yaml") == baseline
 
 
 def test_the_skeleton_dockerfile_changes_every_key(tmp_path, baseline):
@@ -386,3 +426,56 @@ def test_inputs_not_in_the_text_still_change_the_key(tmp_path, what):
         data["stacks"]["a100-deepspeed"]["gpus"] = ["H100"]
         expect = downstream("ds-0.17.6-ampere")
     assert changed(before, keys_of(hidden_text_site(tmp_path, "after", data))) == expect
+
+
+# -- the keys of the shipped stacks, as a golden file ------------------------------------------------
+
+KEYS_GOLDEN = Path(__file__).resolve().parent / "golden" / "keys.json"
+
+
+def shipped_files() -> list[Path]:
+    root = Path(STACKS).parent
+    return [Path(STACKS), root / "examples" / "cuda-pypi" / "stacks.yaml",
+            *sorted((root / "examples" / "real").glob("*/stacks.yaml"))]
+
+
+def shipped_keys() -> dict:
+    """{file: {stack: {platform: ["LAYER KEY", ...]}}} for every shipped stacks file. A base is at its declared
+    digest, else its lock file's, else a made-up one (the same on every machine), so that the keys are final
+    and mean the same everywhere. examples/real are planned as `imgbuild lock` plans them (intent=True: their floating
+    requirements as written, where they have no lock entry), since most recipes there carry no lock."""
+    import hashlib
+    from builder.ship.bases import lock_digests
+    root = Path(STACKS).parent
+    out = {}
+    for file in shipped_files():
+        spec = load_spec(file)
+        locked = lock_digests(spec)
+        digests = {b.name: b.digest or locked.get(b.name) or "sha256:" + hashlib.sha256(f"golden:{b.name}".encode()).hexdigest()
+                   for b in spec.bases.values()}
+        plan = make_plan(spec, digests=digests, intent="real" in file.parts)
+        assert not plan.unresolved
+        out[file.relative_to(root).as_posix()] = {
+            stack: {p: [f"{n.name} {n.short}" for n in plan.chain(stack, p)] for p in plan.platforms(stack)}
+            for stack in plan.stacks}
+    return out
+
+
+def test_the_keys_of_the_shipped_stacks_are_the_golden_ones(update_golden):
+    """A refactor of imgbuild that changes a key makes every site rebuild that layer and everything above it.
+    This fails when it happens by accident; an intended change rewrites the file (--update-golden) and says so."""
+    now = shipped_keys()
+    if update_golden:
+        KEYS_GOLDEN.write_text(json.dumps(now, indent=1, sort_keys=True) + "\n")
+        return
+    assert KEYS_GOLDEN.exists(), "no tests/golden/keys.json: run `pytest tests/test_keys.py --update-golden`"
+    before = json.loads(KEYS_GOLDEN.read_text())
+    moved = [f"{f} {s} {p}: {a} -> {b}" for f in sorted(set(before) | set(now))
+             for s in sorted(set(before.get(f, {})) | set(now.get(f, {})))
+             for p in sorted(set(before.get(f, {}).get(s, {})) | set(now.get(f, {}).get(s, {})))
+             for a, b in zip(before.get(f, {}).get(s, {}).get(p, []) + [None] * 99, now.get(f, {}).get(s, {}).get(p, []))
+             if a != b]
+    moved += [f"{f}: only in the golden file" for f in set(before) - set(now)]
+    assert not moved, ("the keys of shipped stacks changed (every site would rebuild these layers and all above "
+                       "them); if intended, rerun with --update-golden and say why in the commit:\n  "
+                       + "\n  ".join(moved[:40]))

@@ -102,6 +102,11 @@ def repo(tmp_path_factory) -> Path:
             d["stacks"][name]["layers"] = ["cpu-torch-2.13", "ds-0.19.9-cpu"]
     edit(root, rename)
     commit(root, "rename")
+
+    def epoch(d):
+        d.setdefault("site", {})["epoch"] = 2
+    edit(root, epoch)
+    commit(root, "epoch")
     return root
 
 
@@ -268,6 +273,17 @@ def test_the_summary_counts_reused_images_without_calling_their_keys_new(repo, c
     assert "new key" not in res.out
     assert summary.startswith("summary: 1 layer image to build, 0 to revalidate, 3 already built;"), summary
     assert "3 new" in summary, summary
+
+
+def test_an_epoch_rebuilds_every_layer_and_says_it_was_deliberate(repo, cli):
+    """Issue 23: the one deliberate "rebuild everything" is site.epoch, and diff names it as the cause."""
+    d = spec_diff(repo, "rename", "epoch")
+    nodes = [n for s in d.stacks for n in s.nodes]
+    assert nodes and all(n.change == "changed" and n.action == "build" for n in nodes)
+    assert all(causes(n)["epoch"].detail == "site.epoch (none) -> 2: a deliberate rebuild of every layer"
+               for n in nodes)
+    res = cli("diff", "rename", "epoch", "-f", str(repo / "stacks.yaml"), "--offline")
+    assert res.code == 1 and "site.epoch (none) -> 2" in res.out, res.output
 
 
 def test_one_revision_compares_with_the_working_tree(repo, cli):

@@ -34,7 +34,7 @@ from builder.load.spec import LayerDef, Spec, Stack, load_spec
 WORKING_TREE = "working tree"
 # The inputs of a content key in the order a reviewer wants them; the parent last, since it only
 # says that something beneath moved.
-INPUT_ORDER = ("sources", "wheels", "python", "build_args", "dockerfile", "files", "builder_version", "platform", "parent")
+INPUT_ORDER = ("epoch", "sources", "wheels", "python", "build_args", "dockerfile", "files", "platform", "parent")
 
 
 @dataclass(frozen=True)
@@ -327,6 +327,9 @@ class _Pair:
                 out.append(Cause(name, self.parent(o, n, lowest)))
             elif name == "python":
                 out.append(Cause(name, _lock_changes(o, n)))
+            elif name == "epoch":
+                out.append(Cause(name, f"site.epoch {a.get(name) or '(none)'} -> {b.get(name) or '(none)'}: "
+                                       "a deliberate rebuild of every layer"))
             elif isinstance(a.get(name), dict) or isinstance(b.get(name), dict):
                 out.append(Cause(name, ", ".join(_dict_changes(a.get(name) or {}, b.get(name) or {}))))
             else:

@@ -6,6 +6,7 @@ the allowed values. Nothing here touches Docker, the network or the registry.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import re
@@ -36,12 +37,13 @@ IMAGE_REF = re.compile(rf"^(?:\{{registry\}}/|{_DOMAIN}(?::[0-9]+)?/)?{_PATH_COM
                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?\Z")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 REGISTRY = re.compile(rf"^{_DOMAIN}(?::[0-9]{{1,5}})?\Z")
+EPOCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 DRIVER = re.compile(r"^[0-9]{3}(?:\.[0-9]{1,3}){0,2}\Z")  # an NVIDIA Linux driver: 580, 580.65, 580.65.06
 FAMILIES = ("ngc-pytorch", "debian")
 DEFAULT_TAGS = ("{stack}", "{stack}-{date}")
 SECTIONS = {"layers": ("base", "layer"), "projects": ("project",), "runtimes": ("runtime",)}
 TOP_KEYS = {"version", "site", "bases", "layers", "projects", "runtimes", "stacks"}
-SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "ci"}
+SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "epoch", "ci"}
 BASE_KEYS = {"image", "digest", "family", "provides", "source", "description"}
 LAYER_KEYS = {"kind", "params", "description"}
 STACK_KEYS = {"extends", "description", "base", "layers", "project", "runtime", "above", "gpus", "tags",
@@ -59,6 +61,9 @@ class Site:
     registry: str = DEFAULT_REGISTRY
     namespace: str = DEFAULT_NAMESPACE
     driver_floor: str | None = None   # the oldest NVIDIA driver on the site's GPU nodes
+    # A deliberate "rebuild everything": an input of every content key where set (builder.plan.keys).
+    # Nothing else of imgbuild's own (its version, its code) is: see docs/keys.md.
+    epoch: str | None = None
     ci: CiSettings = CiSettings()
 
 
@@ -426,7 +431,17 @@ class _Loader:
             raise self.err(("site", "namespace"), f"{namespace!r} is not a valid repository path")
         return Site(registry=registry, namespace=namespace,
                     driver_floor=self.driver(("site", "driver_floor"), raw.get("driver_floor")),
-                    ci=ciconf.parse(self, raw.get("ci")))
+                    epoch=self.epoch(("site", "epoch"), raw.get("epoch")), ci=ciconf.parse(self, raw.get("ci")))
+
+    def epoch(self, path: tuple, value: Any) -> str | None:
+        """A whole number or a short word (2, 2026-12, a date): kept as text, so that 2 and "2" are one epoch."""
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, str, datetime.date)) or not EPOCH.match(str(value)):
+            raise self.err(path, f"{redact(str(value))[:80]!r} is not an epoch: a whole number or a word of "
+                                 "letters, digits, '.', '_' and '-' (at most 64)",
+                           hint="raise it (e.g. 1 -> 2) to rebuild every layer of every stack on purpose")
+        return str(value)
 
     def driver(self, path: tuple, value: Any) -> str | None:
         """A driver version kept as NVIDIA writes it (580.65.06): as a PEP 440 version it would print as

@@ -2,7 +2,10 @@
 
 A node's content key is a hash over everything that can change its bytes: the rendered Dockerfile,
 the parent's key (or the base image's digest), the context files, the source commits, the wheels,
-the build args (every arch list spelling) and the builder version. A key found in the registry is
+the build args (every arch list spelling), the platform, the lock's resolved set, and the site's
+epoch where one is set. Not imgbuild's version nor its code: only what they render into the
+Dockerfile and the context, so an upgrade of imgbuild that renders the same text rebuilds nothing
+(docs/keys.md; tests/golden/keys.json holds the shipped stacks' keys). A key found in the registry is
 never built again, on any machine. The inputs are kept beside the key so that `plan` and `diff`
 can say which input moved it.
 """
@@ -100,7 +103,8 @@ class Plan:
     def to_json(self) -> dict:
         """The DAG for machines (a CI matrix): nodes parents-first, each with its inputs and users."""
         return {
-            "builder_version": __version__,
+            "builder_version": __version__,   # who planned it: no input of any key
+            "epoch": self.spec.site.epoch,
             "registry": self.spec.site.registry,
             "namespace": self.spec.site.namespace,
             "keys_final": not self.unresolved,
@@ -204,7 +208,6 @@ def node_inputs(spec: Spec, stack: Stack, layer: LayerDef, parent: str, text: st
                 platform: str = plat.DEFAULT) -> tuple[dict, dict]:
     build_args = CudaTargets.of(stack, layer).build_args() if stack.compiles_cuda(layer) else {}
     inputs = {
-        "builder_version": __version__,
         "platform": platform,
         "parent": parent,
         "dockerfile": sha256(text),
@@ -217,6 +220,8 @@ def node_inputs(spec: Spec, stack: Stack, layer: LayerDef, parent: str, text: st
     refs = [r for _, v in layer.params for r in file_refs(v)]
     if refs:   # only when there are any: keys of layers without files stay what they were
         inputs["inputs"] = {r.path: r.sha256 for r in refs}
+    if spec.site.epoch is not None:   # in every node, so that `plan --explain` shows it where it acts
+        inputs["epoch"] = spec.site.epoch
     return inputs, build_args
 
 
