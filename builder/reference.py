@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from builder.load import ciconf
+from builder.load import ciconf, retention
 from builder.load import spec as spec_mod
 from builder.load.params import TYPES
 
@@ -31,7 +31,14 @@ KEY_DOCS = {
         "description": "Free text.",
         "driver_floor": "The oldest NVIDIA driver on the site's GPU nodes (e.g. 580.65.06): preflight checks every base's CUDA against it.",
         "epoch": "A deliberate rebuild of everything: a whole number or a word, an input of every content key (raise it to rebuild every layer). Upgrading imgbuild changes no key by itself.",
+        "retention": "What `imgbuild gc` keeps (below).",
         "ci": "How `imgbuild ci` writes pipelines (below).",
+    },
+    "site.retention": {
+        "keep_releases": "The newest N released images of each stack (default 3).",
+        "keep_tags": "Release tags (globs allowed) whose images are always kept, e.g. [prod, \"*-stable\"] (default none).",
+        "keep_days": "Everything built or released in the last D days is kept (default 14).",
+        "grace_hours": "The keys of a build or release that started in the last H hours (its lease) are kept (default 24).",
     },
     "site.ci": {
         "release_branch": "The only branch whose pipelines release (default: the repository's default branch).",
@@ -76,7 +83,7 @@ KEY_DOCS = {
                      "linux/amd64), linux/amd64 without GPUs.",
     },
 }
-SECTIONS = {"top": spec_mod.TOP_KEYS, "site": spec_mod.SITE_KEYS, "site.ci": ciconf.KEYS,
+SECTIONS = {"top": spec_mod.TOP_KEYS, "site": spec_mod.SITE_KEYS, "site.ci": ciconf.KEYS, "site.retention": retention.KEYS,
             "bases.NAME": spec_mod.BASE_KEYS, "layers.NAME": spec_mod.LAYER_KEYS, "stacks.NAME": spec_mod.STACK_KEYS}
 
 

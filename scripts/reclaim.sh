@@ -49,16 +49,8 @@ if [ -d "$REPOS" ]; then
                         -regex ".*/$TEST_NS" || true)
     if [ "${#dirs[@]}" -gt 0 ]; then
         log "deleting ${#dirs[@]} test namespace(s) from the registry and collecting their blobs"
-        pid=$(cat "$REGISTRY_DIR/registry.pid" 2>/dev/null || true)
-        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-            kill "$pid"
-            for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-        fi
-        rm -rf "${dirs[@]}"
-        /usr/bin/docker-registry garbage-collect "$REGISTRY_DIR/config.yml" \
-            >"${IMGBUILD_LOG_DIR:-/var/log/imgbuild}/registry-gc.log" 2>&1 ||
-            log "garbage-collect failed (log: ${IMGBUILD_LOG_DIR:-/var/log/imgbuild}/registry-gc.log)"
-        bash scripts/setup-host.sh >/dev/null   # starts the registry again
+        rm -rf "${dirs[@]}"   # whole namespaces, gone from the listing at once; the collector frees their blobs
+        bash scripts/registry-gc.sh || log "the registry's garbage collection failed"
     fi
 fi
 

@@ -40,10 +40,13 @@ class MemRegistry:
     """The slice of the OCI distribution API that imgbuild uses, held in dicts. `puts` records every
     manifest PUT (repo, reference) so that a test sees each tag that moved."""
 
+    host = "127.0.0.1:5000"
+
     def __init__(self):
         self.manifests: dict = {}   # (repo, reference) -> (body, media type, digest)
         self.blobs: dict = {}
         self.puts: list = []
+        self.deletes: list = []
 
     def ping(self):
         pass
@@ -71,7 +74,7 @@ class MemRegistry:
         self.blobs[_digest(data)] = data
         return _digest(data)
 
-    def get_blob(self, repo, digest):
+    def get_blob(self, repo, digest, limit=None):
         return self.blobs[digest]
 
     def has_blob(self, repo, digest):
@@ -83,8 +86,25 @@ class MemRegistry:
     def tags(self, repo):
         return sorted(ref for r, ref in self.manifests if r == repo and not ref.startswith("sha256:"))
 
+    def repositories(self, prefix=""):
+        return sorted({r for r, _ in self.manifests if r.startswith(prefix)})
+
+    def delete_manifest(self, repo, digest):
+        """As Distribution does: the manifest and every tag of repo that names it."""
+        gone = [(r, ref) for (r, ref), v in self.manifests.items() if r == repo and v[2] == digest]
+        for k in gone:
+            del self.manifests[k]
+        self.deletes.append((repo, digest))
+        return bool(gone)
+
+    @property
+    def stored(self) -> list:
+        """Every manifest PUT but the leases (a run's own, deleted when it ends): what a run stored."""
+        return [p for p in self.puts if not p[0].endswith("/imgbuild-leases")]
+
     def release_puts(self) -> list:
-        return [p for p in self.puts if "/layers/" not in p[0]]
+        """Manifest PUTs outside the layer repositories and the leases: the release tags, records and SBOMs."""
+        return [p for p in self.puts if "/layers/" not in p[0] and not p[0].endswith("/imgbuild-leases")]
 
 
 class FakeEngine:
@@ -223,7 +243,7 @@ def test_a_failing_check_fails_every_run_and_never_moves_a_tag(world, tmp_path, 
     bad = spec_for(tmp_path, "aio", require_aio)
     engine.failing.add(("*", "deepspeed.ds-report"))
     for i in range(runs):
-        puts = len(reg.puts)
+        puts = len(reg.stored)
         report, plan = run(builder, bad)
         assert not report.ok, f"run {i + 1} released an image whose checks failed"
         acts = {n.layer: (n.action, n.status) for n in report.nodes.values()}
@@ -233,7 +253,7 @@ def test_a_failing_check_fails_every_run_and_never_moves_a_tag(world, tmp_path, 
         assert report.tags == {}
         assert released(reg, good) == before
         # Nothing at all was written to the registry: the earlier pass stays, no failure is stored.
-        assert reg.puts[puts:] == [] and reg.manifests == stored
+        assert reg.stored[puts:] == [] and reg.manifests == stored
     # The failure is kept where a person finds it: the run folder, marked failed.
     failed = list(Path(report.run_dir, "manifests").glob("ds-0.19.8-cpu-*.failed.json"))
     assert failed and json.loads(failed[0].read_text())["outcome"] == "failed"
@@ -369,14 +389,14 @@ def test_record_never_stores_a_failure_in_the_registry(world, tmp_path):
     results = [CheckResult(c.id, "passed", "ok") for c in node.checks]
     results[0] = CheckResult(results[0].id, "failed", "no")
     manifest = b.record(node, {}, results, "sha256:" + "1" * 64, {})
-    assert manifest["outcome"] == "failed" and reg.puts == []
+    assert manifest["outcome"] == "failed" and reg.stored == []
     assert (b.run_dir / "manifests" / f"{node.name}-{node.short[:12]}.failed.json").exists()
     # And the registry layer itself refuses such a manifest, whoever asks.
     from builder.errors import ValidationFailed
     from builder.ship.manifest import push_manifest
     with pytest.raises(ValidationFailed, match="refusing to store a manifest with failed checks"):
         push_manifest(reg, layer_repo(spec.site.namespace, node.name), manifest)
-    assert reg.puts == []
+    assert reg.stored == []
 
 
 @pytest.mark.parametrize("change, why", [
@@ -426,7 +446,9 @@ def test_release_reads_the_registry_and_refuses_an_unbuilt_stack(world, tmp_path
     run(builder, spec)
     before = len(reg.release_puts())
     moved = build_mod.release(spec, ["cpu-smoke"], lambda line: None, date="2026.12.03")
-    assert "cpu-smoke-2026.12.03" in moved["cpu-smoke"] and len(reg.release_puts()) == before + 3
+    assert "cpu-smoke-2026.12.03" in moved["cpu-smoke"]
+    put = [ref for _, ref in reg.release_puts()[before:]]   # the stack card first, then the three tags
+    assert len(put) == 4 and put[0].endswith(".stack") and "cpu-smoke-2026.12.03" in put
 
 
 @pytest.mark.parametrize("raised", ["KeyboardInterrupt", "Interrupted"])
@@ -605,7 +627,7 @@ def test_a_child_built_early_is_not_published_when_its_parent_then_fails(world, 
         assert ("deepspeed.import failed" in child.error) == child_fails_too, child.error
         assert {status["cpu-env"][1], status["smoke-train"][1]} == {"blocked"}, status
         assert parents["ds-0.19.8-cpu"].startswith("imgbuild.local/cpu-torch-2.13:")
-        assert not [p for p in reg.puts if p[0].startswith(f"{spec.site.namespace}/")], reg.puts
+        assert not [p for p in reg.stored if p[0].startswith(f"{spec.site.namespace}/")], reg.stored
         assert not report.ok and report.tags == {}
         engine.failing.clear()
 
@@ -866,7 +888,7 @@ def test_a_stack_of_two_platforms_is_released_as_one_index_of_its_two_images(wor
         assert reg.get_manifest(repo, child) is not None
     assert {reg.manifest_digest(repo, t) for t in ("cpu-smoke", "cpu-smoke-2026.12.01", "cpu-smoke-ds0.19.8")} == {digest}
     # Released again: the same images make the same index, so the tags stay where they are.
-    puts = len(reg.puts)
+    puts = len(reg.stored)
     assert run_both(builder, spec)[0].ok
     assert reg.manifest_digest(repo, "cpu-smoke") == digest and len(reg.puts) >= puts
 

@@ -5,11 +5,14 @@
     NAMESPACE/layers/LAYER:KEY.pending-ID        an image staged by one run before its key tag names it
     NAMESPACE/STACK:TAG                          a stack's release tags (copies of its top layer image)
     NAMESPACE/STACK:imgbuild-release-HASH        which release (serial) last moved TAG (an OCI artifact)
+    NAMESPACE/STACK:sha256-HEX.sbom              the SBOM of a released image (also beside a layer image)
+    NAMESPACE/imgbuild-leases:lease-RUN          the keys a running build or release may still need (gc keeps them)
 """
 
 from __future__ import annotations
 
 LAYERS = "layers"
+LEASES = "imgbuild-leases"
 
 
 def layer_repo(namespace: str, layer: str) -> str:
@@ -19,6 +22,10 @@ def layer_repo(namespace: str, layer: str) -> str:
 def pending_tag(key: str, stage_id: str) -> str:
     """Where one run stages a node's image before its key tag names it (see Builder.publish_node)."""
     return f"{key}.pending-{stage_id}"
+
+
+def lease_repo(namespace: str) -> str:
+    return f"{namespace}/{LEASES}"
 
 
 def release_repo(namespace: str, stack: str) -> str:
@@ -45,4 +52,19 @@ def layer_of_release(repo: str, layer: str) -> str | None:
     return layer_repo(namespace, layer)
 
 
-__all__ = ["layer_repo", "release_repo", "artifact_tag", "layer_of_release", "release_record_tag"]
+def parent_of(labels: dict) -> tuple[str, str] | None:
+    """(repository, digest or tag) of the parent an image's io.imgbuild.parent label names, the registry host
+    off: REGISTRY/REPO@DIGEST, or REGISTRY/REPO:KEY where the child was built on its parent's local image.
+    None where the label is absent (not an imgbuild image)."""
+    ref = labels.get("io.imgbuild.parent")
+    if not isinstance(ref, str) or "/" not in ref:
+        return None
+    path = ref.split("/", 1)[1]
+    if "@" in path:
+        repo, _, digest = path.partition("@")
+        return (repo.rsplit(":", 1)[0] if ":" in repo.rsplit("/", 1)[-1] else repo), digest
+    repo, _, tag = path.rpartition(":")
+    return (repo, tag) if repo else None
+
+
+__all__ = ["layer_repo", "lease_repo", "parent_of", "release_repo", "artifact_tag", "layer_of_release", "release_record_tag"]

@@ -34,6 +34,7 @@ from builder.plan.layout import layer_repo, pending_tag
 from builder.plan.keys import KEY_LEN, Node, Plan, file_refs, image_ref, make_plan, sha256
 from builder.rules.review import gate
 from builder.ship.publish import PublishError, promote, release_serial
+from builder.ship import leases
 from builder.ship.registry import Registry
 from builder.plan.render import download_path, input_path
 from builder.ship.schedule import Handoff, schedule
@@ -200,7 +201,14 @@ class Builder:
             jobs: int = 1) -> BuildReport:
         """Build what the registry lacks, validate, and (for whole stacks) move the release tags.
         only: one node's key (CI's node job): its parent must already be in the registry with passing
-        checks; nothing is released. jobs: how many independent nodes are built at once on the engine."""
+        checks; nothing is released. jobs: how many independent nodes are built at once on the engine.
+        The run holds a lease on its plan's keys from before its first lookup to its end (builder.ship.leases):
+        `imgbuild gc` keeps them meanwhile."""
+        with leases.held(self.registry, self.spec.site.namespace, f"{self.run_id}-{self.stage_id}",
+                         {n.short: n.name for n in plan.nodes.values()}, self.say):
+            return self._run(plan, stacks, date, only, jobs)
+
+    def _run(self, plan: Plan, stacks: list[str], date: str | None, only: str | None, jobs: int) -> BuildReport:
         report = BuildReport(run_dir=str(self.run_dir))
         keys = list(plan.nodes)
         self.twins = {name for name, n in Counter(node.name for node in plan.nodes.values()).items() if n > 1}
@@ -568,7 +576,9 @@ def release(spec: Spec, stacks: list[str], say: Say, date: str | None = None, re
     registry.ping()
     registry.retries = True
     plan = make_plan(spec, stacks, resolve(spec, stacks).require())
-    return promote(spec, registry, plan, stacks, date, say, serial=release_serial(spec), gpu=require_gpu)
+    with leases.held(registry, spec.site.namespace, f"release-{secrets.token_hex(6)}",
+                     {n.short: n.name for n in plan.nodes.values()}, say):
+        return promote(spec, registry, plan, stacks, date, say, serial=release_serial(spec), gpu=require_gpu)
 
 
 class ChecksFailed(ValidationFailed):
@@ -596,9 +606,10 @@ __all__ = ["build", "release", "BuildReport", "Builder", "BuildFailed", "KEY_LEN
 
 
 def validate(spec: Spec, stacks: list[str], images: list[str], say: Say, docker: str | None = None,
-             gpu: bool | None = None) -> bool:
-    """Re-run the checks of existing images: a stack's top image (from the registry by content key),
-    or any image reference built by imgbuild from this spec. Results are recorded beside the image."""
+             gpu: bool | None = None, platform: str | None = None) -> bool:
+    """Re-run the checks of existing images: a stack's top image (from the registry by content key; of each
+    platform, or of `platform` only), or any image reference built by imgbuild from this spec. Results are
+    recorded beside the image."""
     engine = Engine.detect(docker)
     registry = Registry(spec.site.registry)
     gpu = engine.has_gpu() if gpu is None else gpu
@@ -607,7 +618,11 @@ def validate(spec: Spec, stacks: list[str], images: list[str], say: Say, docker:
     if stacks:
         plan = make_plan(spec, stacks, resolve(spec, stacks).require())
         for name in stacks:
-            for node in plan.tops(name).values():   # each platform's image of a release
+            tops = plan.tops(name)
+            if platform is not None and platform not in tops:
+                raise ValidationFailed(f"stack {name!r} is not built for {platform} (its platforms: "
+                                       f"{', '.join(tops)})")
+            for node in [tops[platform]] if platform else tops.values():   # each platform's image of a release
                 repo = layer_repo(spec.site.namespace, node.name)
                 digest = registry.manifest_digest(repo, node.short)
                 if not digest:

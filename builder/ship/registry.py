@@ -46,6 +46,7 @@ MANIFEST_TYPES = (
 )
 LOOPBACK = re.compile(r"^(127\.\d+\.\d+\.\d+|localhost|\[::1\])(:\d+)?$")
 # The digests imgbuild accepts (OCI image spec, registered algorithms): anything else is refused where read.
+REPO_NAME = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")
 DIGEST = re.compile(r"^(?:sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})\Z")
 ALGORITHMS = {"sha256": hashlib.sha256, "sha512": hashlib.sha512}
 
@@ -535,6 +536,34 @@ class Registry:
             sep = "&" if "?" in location else "?"
             self._request("PUT", f"{location}{sep}digest={digest}", data=data, scope=scope, ok=(201,),
                           headers={"Content-Type": "application/octet-stream"}, limit=ERROR_BODY_MAX)
+
+    def repositories(self, prefix: str = "") -> list[str]:
+        """Every repository the registry lists (GET /v2/_catalog, page by page) whose name starts with prefix."""
+        out, last = [], ""
+        while True:
+            query = f"?n=1000&last={last}" if last else "?n=1000"
+            resp = self._request("GET", f"/v2/_catalog{query}", scope="registry:catalog:*", ok=(200,))
+            names = json_object(resp.body, f"the repository list of {self.host}").get("repositories") or []
+            if not isinstance(names, list):
+                raise RegistryError(f"the repository list of {self.host} is not a list")
+            names = [n for n in names if isinstance(n, str) and REPO_NAME.fullmatch(n)]
+            out += [n for n in names if n.startswith(prefix)]
+            if len(names) < 1000 or not names or names[-1] <= last:
+                return sorted(set(out))
+            last = names[-1]
+
+    def delete_manifest(self, repo: str, digest: str) -> bool:
+        """Delete a manifest by digest (every tag naming it in repo goes with it); False when it was already
+        gone. A registry that does not allow deletes is an error that says how to allow them."""
+        check_digest(digest, "the manifest digest to delete")
+        resp = self._request("DELETE", f"/v2/{repo}/manifests/{digest}", scope=f"repository:{repo}:delete",
+                             ok=(202, 404, 405), limit=ERROR_BODY_MAX)
+        if resp.status == 405:
+            raise RegistryError(f"registry {self.host} does not allow deleting manifests ({repo}@{digest[:19]}: "
+                                "405 Method Not Allowed)",
+                                hint="enable deletes in the registry's configuration (Distribution: storage.delete."
+                                     "enabled: true, or REGISTRY_STORAGE_DELETE_ENABLED=true) and restart it")
+        return resp.status == 202
 
     def tags(self, repo: str) -> list[str]:
         resp = self._request("GET", f"/v2/{repo}/tags/list", scope=f"repository:{repo}:pull", ok=(200, 404))

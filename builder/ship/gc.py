@@ -1,0 +1,406 @@
+"""`imgbuild gc`: which manifests of a namespace no release, lease or retention rule needs, and deleting them.
+
+What is kept (site.retention, builder.load.retention), everything else of the namespace is a candidate:
+  - of each stack (NAMESPACE/STACK, a repository whose images imgbuild labelled), the newest keep_releases
+    released images (an image or index some release tag names, newest by the time it was built), every
+    image a keep_tags tag names, and every release younger than keep_days;
+  - the whole chain of every kept release: each layer image from the top down to the base, found through
+    the labels imgbuild writes into every image (io.imgbuild.parent names the parent by digest);
+  - every layer image (and its chain) younger than keep_days, and every key a lease younger than
+    grace_hours names (a build or release that is running: builder.ship.leases);
+  - beside each kept image: its measured manifest (sha256-HEX.imgbuild), its SBOM, and the release records
+    of the tags that still name it.
+Nothing outside the namespace is touched, and in it nothing imgbuild did not write (a repository whose
+images carry no imgbuild label, a tag of a shape imgbuild never writes) is a candidate.
+
+A dry run (the default) lists the candidates and the bytes they free: the blobs that only candidates
+reference, counted over every repository of the registry (a layer shared with a kept image, or with
+another namespace's, frees nothing). `apply` reads the registry a second time and deletes, by digest
+through the registry's API, what is a candidate in both readings, tops before what lies beneath; the
+registry's own garbage collection, run offline, then frees the bytes (docs/retention.md).
+
+Safe under concurrent work: a build or release holds a lease on every key of its plan from before its
+first lookup until after its release, and each reading starts with the leases. An image pushed after the
+first reading is in no candidate list of it; a run that leased, released or pushed between the readings
+is seen by the second. What is left is a run that starts after the second reading and reuses a key in
+the instant before gc deletes it: it fails on the missing image, or releases a chain missing that layer
+image (the release itself still pulls, from its own repository); either way the next build of the stack
+builds the key again.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from builder.errors import ImgbuildError, RegistryError
+from builder.load.retention import Retention
+from builder.plan.keys import KEY_LEN
+from builder.plan.layout import LAYERS, lease_repo, parent_of
+from builder.ship import leases as lease_mod
+from builder.ship.registry import Registry, json_object
+
+INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
+IMAGE_CONFIGS = ("application/vnd.oci.image.config.v1+json", "application/vnd.docker.container.image.v1+json")
+KEY_TAG = re.compile(rf"^[0-9a-f]{{{KEY_LEN}}}\Z")
+PENDING_TAG = re.compile(rf"^([0-9a-f]{{{KEY_LEN}}})\.pending-[0-9a-f]+\Z")
+BESIDE_TAG = re.compile(r"^(sha256)-([0-9a-f]{64})\.(imgbuild|sbom|stack)\Z")   # measured manifest, SBOM, stack card
+RECORD_TAG = re.compile(r"^imgbuild-release-[0-9a-f]{24}\Z")
+DAY = 86400.0
+
+
+class GcError(ImgbuildError):
+    exit_code = 6
+    label = "gc"
+
+
+@dataclass
+class Item:
+    """One manifest of one repository, with every tag that names it there."""
+    repo: str
+    digest: str
+    tags: list
+    kind: str               # release | child | layer | pending | beside | record | lease | foreign | other
+    media_type: str = ""
+    size: int = 0           # the manifest's own bytes
+    blobs: dict = field(default_factory=dict)     # digest -> size: its config and layers
+    children: list = field(default_factory=list)  # an index's manifests (digests, in the same repository)
+    created: float | None = None
+    labels: dict = field(default_factory=dict)
+    subject: str | None = None   # beside: the image digest; record: the tag it records; lease: the run
+    keys: dict = field(default_factory=dict)      # lease: short key -> layer
+    keep: str = ""          # why it is kept; "" for a candidate
+
+    @property
+    def ref(self) -> str:
+        return f"{self.repo}:{','.join(self.tags)}" if self.tags else f"{self.repo}@{self.digest[:19]}"
+
+
+@dataclass
+class GcPlan:
+    registry: str
+    namespace: str
+    policy: Retention
+    items: list               # every Item of the namespace (candidates and kept)
+    freed_blobs: dict         # digest -> bytes: the blobs (and manifests) only candidates reference
+    missing: list             # chains of kept releases that lack a layer image: "repo@digest (needed by ...)"
+    deletes_allowed: bool | None = None
+
+    @property
+    def freed(self) -> int:
+        return sum(self.freed_blobs.values())
+
+    @property
+    def candidates(self) -> list:
+        return [i for i in self.items if not i.keep]
+
+    def to_json(self) -> dict:
+        return {"registry": self.registry, "namespace": self.namespace, "policy": {
+                    "keep_releases": self.policy.keep_releases, "keep_tags": list(self.policy.keep_tags),
+                    "keep_days": self.policy.keep_days, "grace_hours": self.policy.grace_hours},
+                "deletes_allowed": self.deletes_allowed, "bytes_freed": self.freed, "missing": self.missing,
+                "blobs_freed": sorted(self.freed_blobs),
+                "candidates": [_row(i) for i in self.candidates],
+                "kept": [_row(i) for i in self.items if i.keep]}
+
+
+def _row(i: Item) -> dict:
+    return {"repository": i.repo, "digest": i.digest, "tags": i.tags, "kind": i.kind, "created": i.created,
+            "bytes": i.size + sum(i.blobs.values()), "kept": i.keep or None}
+
+
+def _created(text) -> float | None:
+    try:
+        return float(calendar.timegm(time.strptime(str(text)[:19], "%Y-%m-%dT%H:%M:%S")))
+    except (TypeError, ValueError):
+        return None
+
+
+class _Reader:
+    """Reads the registry once: every repository's tags and manifests, and the config of each image."""
+
+    def __init__(self, reg: Registry, namespace: str):
+        self.reg, self.ns = reg, namespace
+        self.items: dict = {}      # (repo, digest) -> Item
+
+    def kind_of(self, repo: str, tag: str) -> str:
+        if not repo.startswith(self.ns + "/"):
+            return "foreign"
+        if repo == lease_repo(self.ns):
+            return "lease" if tag.startswith(lease_mod.PREFIX) else "other"
+        if BESIDE_TAG.match(tag):
+            return "beside"
+        if repo.startswith(f"{self.ns}/{LAYERS}/"):
+            return "layer" if KEY_TAG.match(tag) else "pending" if PENDING_TAG.match(tag) else "other"
+        return "record" if RECORD_TAG.match(tag) else "release"
+
+    def read(self) -> None:
+        # The leases first. A run takes its lease before it pushes or releases anything, and drops it only
+        # after its release: a run whose lease is gone here has released already, so the listing below
+        # sees its release, and a run whose lease is read here has its keys kept. (Read last, a run could
+        # release after its stack's repository was listed and drop its lease before the leases were.)
+        leases_first = sorted(self.reg.repositories(), key=lambda r: r != lease_repo(self.ns))
+        for repo in leases_first:
+            by_digest: dict = {}
+            for tag in self.reg.tags(repo):
+                digest = self.reg.manifest_digest(repo, tag)
+                if digest:
+                    by_digest.setdefault(digest, []).append(tag)
+            for digest, tags in by_digest.items():
+                kinds = {self.kind_of(repo, t) for t in tags}
+                # One manifest, several kinds of tag (a key and its pending tag): the image's kind wins.
+                kind = next(k for k in ("foreign", "release", "layer", "pending", "lease", "record", "beside", "other")
+                            if k in kinds)
+                self.add(repo, digest, tags, kind)
+
+    def add(self, repo: str, digest: str, tags: list, kind: str) -> Item | None:
+        found = self.reg.get_manifest(repo, digest)
+        if not found:
+            return None
+        manifest, media_type, _ = found
+        item = Item(repo=repo, digest=digest, tags=sorted(tags), kind=kind, media_type=media_type)
+        if media_type in INDEX_TYPES:
+            item.children = [m.get("digest") for m in manifest.get("manifests") or [] if isinstance(m, dict)]
+        else:
+            descriptors = [manifest.get("config") or {}] + list(manifest.get("layers") or [])
+            item.blobs = {d["digest"]: int(d.get("size") or 0) for d in descriptors
+                          if isinstance(d, dict) and isinstance(d.get("digest"), str)}
+        config = manifest.get("config") or {}
+        if kind != "foreign" and config.get("mediaType") in IMAGE_CONFIGS:
+            body = json_object(self.reg.get_blob(repo, config["digest"], limit=1 << 24), f"the config of {repo}@{digest}")
+            item.labels = dict((body.get("config") or {}).get("Labels") or {})
+            # When imgbuild built it: its label. The config's own "created" is the parent's for a layer that
+            # adds no files (BuildKit keeps it), so it is only the fallback.
+            item.created = _created(item.labels.get("org.opencontainers.image.created")) or _created(body.get("created"))
+        annotations = manifest.get("annotations") or {}
+        if kind == "record":
+            item.subject = annotations.get("io.imgbuild.tag")
+        elif kind == "beside":
+            m = next(BESIDE_TAG.match(t) for t in tags if BESIDE_TAG.match(t))
+            item.subject = f"{m.group(1)}:{m.group(2)}"
+        self.items[(repo, digest)] = item
+        for child in item.children:   # stored by digest only: no tag lists them
+            if (repo, child) not in self.items:
+                self.add(repo, child, [], "foreign" if kind == "foreign" else "child")
+        return item
+
+
+def plan_gc(reg: Registry, namespace: str, policy: Retention, now: float | None = None,
+            say: Callable[[str], None] = lambda _: None) -> GcPlan:
+    """What the policy keeps and what it does not, read from the registry now; deletes nothing."""
+    now = time.time() if now is None else now
+    reader = _Reader(reg, namespace)
+    say(f"gc: reading every repository of {reg.host} ...")
+    reader.read()
+    items = reader.items
+    mine = [i for i in items.values() if i.kind != "foreign"]
+    for i in mine:
+        if i.kind == "other":
+            i.keep = "not a tag imgbuild writes"
+    missing: list = []
+    # A layer image by digest and by each of its tags: a parent label names one or the other.
+    by_ref = {(i.repo, r): i for i in mine if i.kind in ("layer", "pending") for r in [i.digest, *i.tags]}
+
+    def chain(item: Item, why: str) -> None:
+        """Keep the layer image `item` copies (or is) and every one beneath it, by their labels."""
+        title = item.labels.get("org.opencontainers.image.title")
+        here = items.get((f"{namespace}/{LAYERS}/{title}", item.digest)) if title else None
+        if title and here is None:
+            missing.append(f"{namespace}/{LAYERS}/{title}@{item.digest[:19]} (the image of {item.ref})")
+        seen: set = set()
+        while here is not None and (here.repo, here.digest) not in seen:
+            seen.add((here.repo, here.digest))
+            if not here.keep:
+                here.keep = why
+            repo, ref = _parent(here)
+            if not repo.startswith(f"{namespace}/{LAYERS}/"):
+                return   # the base: not ours
+            here = by_ref.get((repo, ref))
+            if here is None:
+                missing.append(f"{repo}:{ref[:19]} (beneath {item.ref})")
+
+    # Leases: a young one protects its keys; an old one is a candidate itself.
+    live_keys = {}
+    for i in list(mine):
+        if i.kind == "lease":
+            lease = _lease_of(reg, i)
+            if lease is None:   # the run ended and deleted it since the listing
+                mine.remove(i)
+                items.pop((i.repo, i.digest), None)
+                continue
+            if now - (lease.started or 0) < policy.grace_hours * 3600:
+                i.keep = f"a lease of a run started {_age(now - lease.started)} ago"
+                live_keys.update({k: i.subject for k in lease.keys})
+    # Releases, stack by stack.
+    by_repo: dict = {}
+    for i in mine:
+        if i.kind == "release":
+            by_repo.setdefault(i.repo, []).append(i)
+    for repo, releases in by_repo.items():
+        for r in releases:   # an index: built when its newest image was
+            if r.children:
+                kids = [items.get((repo, c)) for c in r.children]
+                r.created = max((k.created for k in kids if k and k.created), default=None)
+                r.labels = next((k.labels for k in kids if k and k.labels), {})
+        if not any("io.imgbuild.key" in r.labels for r in releases):
+            for r in releases:
+                r.keep = "not a repository of imgbuild releases (no io.imgbuild label)"
+            continue
+        releases.sort(key=lambda r: (r.created or 0, r.digest), reverse=True)
+        for rank, r in enumerate(releases):
+            named = [t for t in r.tags if policy.named(t)]
+            if rank < policy.keep_releases:
+                r.keep = f"one of the newest {policy.keep_releases} releases of {repo.rsplit('/', 1)[-1]}"
+            elif named:
+                r.keep = f"named by keep_tags ({named[0]})"
+            elif r.created is not None and now - r.created < policy.keep_days * DAY:
+                r.keep = f"released {_age(now - r.created)} ago, within keep_days {policy.keep_days}"
+            elif r.created is None:
+                r.keep = "its age cannot be read"
+            if r.keep:
+                for c in r.children:
+                    child = items.get((repo, c))
+                    if child is not None:
+                        child.keep = child.keep or f"an image of {r.ref}"
+                        chain(child, f"beneath release {r.ref}")
+                if not r.children:
+                    chain(r, f"beneath release {r.ref}")
+    # Layer images: young ones and leased keys, with their chains.
+    for i in mine:
+        if i.kind in ("layer", "pending") and not i.keep:
+            keys = {t if KEY_TAG.match(t) else PENDING_TAG.match(t).group(1) for t in i.tags
+                    if KEY_TAG.match(t) or PENDING_TAG.match(t)}
+            leased = keys & set(live_keys)
+            if leased:
+                why = f"a lease holds {sorted(leased)[0][:12]}"
+                chain(i, why)
+                i.keep = i.keep or why
+            elif i.created is not None and now - i.created < policy.keep_days * DAY:
+                chain(i, f"beneath an image built {_age(now - i.created)} ago")
+                i.keep = i.keep or f"built {_age(now - i.created)} ago, within keep_days {policy.keep_days}"
+            elif i.created is None:
+                i.keep = "its age cannot be read"
+    # What sits beside images, and the release records of tags that stay.
+    kept_digests = {(i.repo, i.digest) for i in mine if i.keep and i.kind in ("release", "child", "layer", "pending")}
+    staying_tags = {(i.repo, t) for i in mine if i.keep and i.kind == "release" for t in i.tags}
+    for i in mine:
+        if i.kind == "beside" and not i.keep and (i.repo, i.subject) in kept_digests:
+            i.keep = f"beside {i.subject[:19]}"
+        elif i.kind == "record" and not i.keep and (i.repo, i.subject) in staying_tags:
+            i.keep = f"the release record of {i.subject}"
+    return GcPlan(registry=reg.host, namespace=namespace, policy=policy, items=mine,
+                  freed_blobs=_freed(reg, items), missing=sorted(set(missing)))
+
+
+def _parent(item: Item) -> tuple[str, str]:
+    return parent_of(item.labels) or ("", "")
+
+
+def _lease_of(reg: Registry, item: Item) -> lease_mod.Lease | None:
+    """The lease an item holds; None when it is gone; one that cannot be read counts as expired."""
+    found = reg.get_manifest(item.repo, item.digest)
+    if found is None:
+        return None
+    try:
+        manifest = found[0]
+        config = json_object(reg.get_blob(item.repo, manifest["config"]["digest"], limit=1 << 20), item.ref)
+        item.subject = str(config.get("run"))
+        return lease_mod.Lease(tag=item.tags[0] if item.tags else "", digest=item.digest,
+                               started=float(config.get("started") or 0),
+                               keys={str(k): str(v) for k, v in dict(config.get("keys") or {}).items()})
+    except (ImgbuildError, KeyError, TypeError, ValueError):
+        return lease_mod.Lease(tag="", digest=item.digest, started=0.0, keys={})
+
+
+def _freed(reg: Registry, items: dict) -> dict:
+    """The bytes only candidates reference: their blobs and their own manifests, less what anything kept
+    (of any namespace) references."""
+    kept: set = set()
+    for i in items.values():
+        if i.kind == "foreign" or i.keep:
+            kept |= set(i.blobs) | {i.digest}
+    freed: dict = {}
+    for i in items.values():
+        if i.kind != "foreign" and not i.keep:
+            if i.digest not in kept and i.digest not in freed:
+                try:
+                    freed[i.digest] = len(reg.manifest_bytes(i.repo, i.digest, i.media_type))
+                except RegistryError:
+                    continue   # deleted since the listing (a run's lease as the run ends): it frees nothing more
+            for blob, size in i.blobs.items():
+                if blob not in kept:
+                    freed[blob] = size
+    return freed
+
+
+ORDER = ("release", "child", "record", "layer", "pending", "beside", "lease")
+
+
+def apply(reg: Registry, plan: GcPlan, say: Callable[[str], None], now: float | None = None) -> list:
+    """Delete the candidates of plan that are candidates still, by a second reading of the registry made now:
+    what a run leased, released or pushed since the plan was made stays. Returns the (repo, digest) deleted."""
+    if not deletes_allowed(reg, plan.namespace):
+        raise GcError(f"registry {reg.host} does not allow deleting manifests: nothing was deleted",
+                      hint="enable deletes in its configuration (Distribution: storage.delete.enabled: true, or "
+                           "REGISTRY_STORAGE_DELETE_ENABLED=true), restart it, and run gc again")
+    again = plan_gc(reg, plan.namespace, plan.policy, now=now)
+    still = {(i.repo, i.digest) for i in again.candidates}
+    spared = [i for i in plan.candidates if (i.repo, i.digest) not in still]
+    if spared:
+        say(f"gc: {len(spared)} candidate(s) kept: needed since the listing (a run leased, released or pushed them)")
+    candidates = [i for i in again.candidates if (i.repo, i.digest) in {(c.repo, c.digest) for c in plan.candidates}]
+    done = []
+    for kind in ORDER:
+        batch = [i for i in candidates if i.kind == kind]
+        if kind == "layer":   # tops first: a gc stopped half way leaves no image above a deleted one
+            depth = _depths(again)
+            batch.sort(key=lambda i: -depth.get((i.repo, i.digest), 0))
+        for i in batch:
+            if reg.delete_manifest(i.repo, i.digest):
+                done.append((i.repo, i.digest))
+                say(f"deleted {i.ref} ({i.kind})")
+            else:
+                say(f"already gone: {i.ref}")
+    return done
+
+
+def _depths(plan: GcPlan) -> dict:
+    """(repo, digest) -> how many layer images of the namespace lie at and beneath it."""
+    at = {(i.repo, r): i for i in plan.items if i.kind in ("layer", "pending") for r in [i.digest, *i.tags]}
+    out = {}
+    for i in plan.items:
+        n, here, seen = 0, i, set()
+        while here is not None and (here.repo, here.digest) not in seen:
+            seen.add((here.repo, here.digest))
+            here = at.get(_parent(here))
+            n += 1
+        out[(i.repo, i.digest)] = n
+    return out
+
+
+def deletes_allowed(reg: Registry, namespace: str) -> bool:
+    """Ask the registry, deleting nothing: a digest that cannot exist is refused 405 by a registry without
+    deletes, 404 by one with them."""
+    probe = "sha256:" + secrets.token_hex(32)
+    try:
+        reg.delete_manifest(lease_repo(namespace), probe)
+    except RegistryError as exc:
+        if "does not allow deleting" in str(exc):
+            return False
+        raise
+    return True
+
+
+def _age(seconds: float) -> str:
+    if seconds < 3600:
+        return f"{max(0, int(seconds // 60))} min"
+    if seconds < 2 * DAY:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / DAY:.0f} days"
+
+
+__all__ = ["GcError", "GcPlan", "Item", "plan_gc", "apply", "deletes_allowed"]

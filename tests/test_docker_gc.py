@@ -1,0 +1,197 @@
+"""imgbuild gc (issue 23) against the real engine and registry: three releases of a stack and a failed build
+among them, a dry run that names exactly what no release needs, --apply, the registry's own garbage
+collection (scripts/registry-gc.sh), every kept release validated afterwards, gc racing builds that publish
+new keys, and a key deleted on purpose and rebuilt.
+
+The stack is small on purpose: cpu-smoke's torch layer (in BuildKit's cache from the session's first build)
+and a runtime layer whose one variable names the revision, in a namespace of its own, so that gc here
+never touches what other tests built. The failed build adds a pip layer that passes (six 1.15.0, pushed,
+never released) and one that cannot install.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from builder.load.spec import load_spec
+from builder.plan.keys import make_plan
+from builder.ship.bases import resolve
+from builder.ship.manifest import fetch_manifest, verdict
+from builder.ship.registry import Registry
+
+from e2e import NS, REGISTRY, ROOT, imgbuild, reports, stacks_file
+
+pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
+
+GC_NS = f"{NS}-gc"
+STACK = "gc-mini"
+BLOBS = Path(os.environ.get("IMGBUILD_STATE_DIR", "/var/lib/imgbuild")) / "registry/data/docker/registry/v2/blobs/sha256"
+
+
+def revision(rev: str, failed: bool = False, keep_releases: int = 2):
+    def mutate(data):
+        data["site"] = {"registry": REGISTRY, "namespace": GC_NS,
+                        "retention": {"keep_releases": keep_releases, "keep_days": 0}}
+        data["runtimes"]["gc-env"] = {"kind": "runtime-env", "params": {"env": {"GC_REV": rev}}}
+        layers = ["cpu-torch-2.13"]
+        if failed:
+            data["layers"]["gc-six"] = {"kind": "pip", "params": {"packages": ["six==1.15.0"]}}
+            data["layers"]["gc-broken"] = {"kind": "pip", "params": {"packages": ["imgbuild-no-such-dist==0.0.1"]}}
+            layers += ["gc-six", "gc-broken"]
+        data["stacks"] = {STACK: {"base": "debian-bookworm", "layers": layers, "runtime": "gc-env",
+                                  "tags": ["{stack}", "{stack}-{date}"]}}
+    return mutate
+
+
+def chain(path: Path) -> list:
+    spec = load_spec(path)
+    return make_plan(spec, [STACK], resolve(spec, [STACK]).require()).chain(STACK)
+
+
+def gc(work: Path, path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = imgbuild(work, "gc", "-f", str(path), "--json", *args, timeout=900)
+    return proc, json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+
+
+def candidates(data: dict, kind: str) -> set:
+    return {(c["repository"], c["digest"]) for c in data["candidates"] if c["kind"] == kind}
+
+
+def where(node) -> tuple:
+    reg = Registry(REGISTRY)
+    repo = f"{GC_NS}/layers/{node.name}"
+    return repo, reg.manifest_digest(repo, node.short)
+
+
+@pytest.fixture(scope="module")
+def history(work, first) -> dict:
+    """Releases a (2026.12.01), b (12.02), a failed build, c (12.03): three releases, one failure."""
+    out = {}
+    for rev, date, failed in (("a", "2026.12.01", False), ("b", "2026.12.02", False), ("f", "2026.12.02", True),
+                              ("c", "2026.12.03", False)):
+        path = stacks_file(work, f"gc-{rev}", revision(rev, failed))
+        proc = imgbuild(work, "build", f"stack={STACK}", "-f", str(path), "--date", date, timeout=1800)
+        assert (proc.returncode != 0) == failed, proc.stdout[-3000:] + proc.stderr[-3000:]
+        out[rev] = {"path": path, "chain": chain(path), "report": reports(work)[-1]}
+    return out
+
+
+def test_a_dry_run_names_exactly_what_no_release_needs(work, history):
+    reg = Registry(REGISTRY)
+    before = {t: reg.manifest_digest(f"{GC_NS}/{STACK}", t) for t in reg.tags(f"{GC_NS}/{STACK}")}
+    for attempt in range(2):   # the same answer twice, and nothing deleted by asking
+        proc, data = gc(work, history["c"]["path"])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        a_env, f_six = where(history["a"]["chain"][-1]), where(history["f"]["chain"][1])
+        assert candidates(data, "layer") == {a_env, f_six}, attempt
+        a_release = reg.manifest_digest(f"{GC_NS}/{STACK}", f"{STACK}-2026.12.01")
+        assert candidates(data, "release") == {(f"{GC_NS}/{STACK}", a_release)}
+        # Beside them: their measured manifests and SBOMs; nothing else of the namespace.
+        beside = {c["repository"] + "@" + c["tags"][0].split(".")[0].replace("-", ":", 1) for c in data["candidates"]
+                  if c["kind"] == "beside"}
+        assert beside <= {f"{r}@{d}" for r, d in (a_env, f_six, (f"{GC_NS}/{STACK}", a_release))}
+        assert {c["kind"] for c in data["candidates"]} <= {"layer", "release", "beside", "record"}
+        assert data["bytes_freed"] > 0 and not data["missing"] and data["deletes_allowed"] is True
+        assert "dry run: nothing was deleted" in proc.stderr
+    assert {t: reg.manifest_digest(f"{GC_NS}/{STACK}", t) for t in reg.tags(f"{GC_NS}/{STACK}")} == before
+    kept = {(k["repository"], k["digest"]) for k in json.loads(gc(work, history["c"]["path"])[0].stdout)["kept"]}
+    for rev in "bc":
+        assert {where(n) for n in history[rev]["chain"]} <= kept
+
+
+def test_apply_then_the_registrys_collection_frees_what_it_said(work, history):
+    proc, data = gc(work, history["c"]["path"], "--apply")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = data["blobs_freed"]
+    assert said and len(data["deleted"]) == len(data["candidates"])
+    present = [b for b in said if (BLOBS / b[7:9] / b[7:]).exists()]
+    assert present == said   # deleting manifests frees nothing yet: the registry collects offline
+    collected = subprocess.run(["bash", str(ROOT / "scripts" / "registry-gc.sh")], capture_output=True, text=True,
+                               timeout=900)
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    assert [b for b in said if (BLOBS / b[7:9] / b[7:]).exists()] == []
+    line = [l for l in collected.stdout.splitlines() if "storage:" in l][-1]
+    assert int(line.split("(")[1].split()[0]) >= data["bytes_freed"], line
+    # Every release tag left pulls and passes validate, with the stacks file of its revision.
+    reg = Registry(REGISTRY)
+    assert reg.manifest_digest(f"{GC_NS}/{STACK}", f"{STACK}-2026.12.01") is None
+    for rev, tag in (("b", f"{STACK}-2026.12.02"), ("c", f"{STACK}-2026.12.03"), ("c", STACK)):
+        assert reg.manifest_digest(f"{GC_NS}/{STACK}", tag), tag
+        ok = imgbuild(work, "validate", f"stack={STACK}", "-f", str(history[rev]["path"]), timeout=900)
+        assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-2000:]
+        pulled = subprocess.run(["/usr/bin/docker", "pull", "--quiet", f"{REGISTRY}/{GC_NS}/{STACK}:{tag}"],
+                                capture_output=True, text=True, timeout=600)
+        assert pulled.returncode == 0, pulled.stderr
+    # Nothing is left to collect, and no kept release lacks a layer image.
+    again = gc(work, history["c"]["path"])[1]
+    assert not candidates(again, "layer") and not candidates(again, "release") and not again["missing"]
+
+
+def consistent(work: Path, path: Path) -> None:
+    """Every key tag names an image whose measured manifest is beside it, and no kept release lacks a layer."""
+    reg = Registry(REGISTRY)
+    for repo in reg.repositories(f"{GC_NS}/layers/"):
+        for tag in reg.tags(repo):
+            if len(tag) == 32:
+                digest = reg.manifest_digest(repo, tag)
+                assert digest and fetch_manifest(reg, repo, digest), f"{repo}:{tag} has no proof beside it"
+    data = gc(work, path)[1]
+    assert not data["missing"], data["missing"]
+
+
+@pytest.mark.parametrize("delay", [0.0, 4.0, 12.0])
+def test_gc_racing_a_build_that_publishes_new_keys(work, history, delay):
+    """gc --apply runs again and again while a build publishes a new key (its gc-env layer) and releases;
+    the build holds a lease on its keys, so it must end with its key intact and its release made. The
+    start of the gc loop is moved between runs, so that gc meets the build in different steps."""
+    path = stacks_file(work, f"gc-race-{delay}", revision(f"race-{delay}-{time.time_ns()}"))
+    node = chain(path)[-1]
+    done = threading.Event()
+    rounds, errors = [], []
+
+    def collect():
+        time.sleep(delay)
+        while not done.is_set():
+            proc, _ = gc(work, path, "--apply")
+            rounds.append(proc.returncode)
+            if proc.returncode:
+                errors.append(proc.stderr[-2000:])
+    loop = threading.Thread(target=collect)
+    loop.start()
+    try:
+        proc = imgbuild(work, "build", f"stack={STACK}", "-f", str(path), "--date", "2026.12.05", timeout=1800)
+    finally:
+        done.set()
+        loop.join()
+    assert rounds and set(rounds) == {0}, (rounds, errors)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    reg = Registry(REGISTRY)
+    repo, digest = where(node)
+    assert digest and verdict(fetch_manifest(reg, repo, digest), node, digest) is None
+    assert reg.manifest_digest(f"{GC_NS}/{STACK}", STACK) == digest
+    consistent(work, path)
+    # After the build, gc keeps the newest releases: the one just made stays.
+    assert gc(work, path, "--apply")[0].returncode == 0
+    assert reg.manifest_digest(f"{GC_NS}/{STACK}", STACK) == digest and reg.manifest_digest(repo, node.short) == digest
+
+
+def test_a_key_deleted_on_purpose_is_built_again(work, history):
+    path = stacks_file(work, "gc-deleted", revision("deleted"))
+    first = imgbuild(work, "build", f"stack={STACK}", "-f", str(path), "--date", "2026.12.06", timeout=1800)
+    assert first.returncode == 0, first.stdout[-3000:]
+    node = chain(path)[-1]
+    repo, digest = where(node)
+    assert Registry(REGISTRY).delete_manifest(repo, digest)
+    assert Registry(REGISTRY).manifest_digest(repo, node.short) is None
+    again = imgbuild(work, "build", f"stack={STACK}", "-f", str(path), "--date", "2026.12.06", timeout=1800)
+    assert again.returncode == 0, again.stdout[-3000:]
+    acts = {n["layer"]: n["action"] for n in reports(work)[-1]["nodes"].values()}
+    assert acts == {"cpu-torch-2.13": "reuse", "gc-env": "build"}, acts
+    assert where(node)[1] is not None
