@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import List, Literal, Optional
@@ -305,8 +306,87 @@ def release(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, al
 
 
 @app.command()
+def gc(file: Path = FileOpt, apply_: bool = typer.Option(False, "--apply", help="Delete the candidates (default: "
+                                                       "a dry run that lists them and the bytes they free)."),
+       all_rows: bool = typer.Option(False, "--all", help="List what is kept too, with the rule that keeps it."),
+       as_json: bool = JsonOpt) -> None:
+    """Retention: what in the site's namespace no release, running build or retention rule (site.retention)
+    needs. A dry run by default; --apply deletes those manifests through the registry's API, and the
+    registry's own garbage collection then frees the bytes (docs/retention.md)."""
+    from builder.ship import gc as gc_mod
+    from builder.ship.registry import Registry
+    json_mode("gc", as_json)
+    spec = load_spec(file)
+    site = spec.site
+    reg = Registry(site.registry, on_retry=lambda line: echo(line))
+    reg.ping()
+    plan = gc_mod.plan_gc(reg, site.namespace, site.retention, say=lambda line: echo(line))
+    plan.deletes_allowed = gc_mod.deletes_allowed(reg, site.namespace)
+    p = site.retention
+    echo(f"policy: keep the newest {p.keep_releases} release(s) of each stack, "
+         + (f"tags {', '.join(p.keep_tags)}, " if p.keep_tags else "") + f"everything younger than {p.keep_days} "
+         f"day(s), the keys of runs started in the last {p.grace_hours} h")
+    rows = plan.items if all_rows else plan.candidates
+    if rows:
+        echo(f"{'':<4}{'kind':<8} {'age':>9} {'bytes':>10}  manifest")
+    now = time.time()
+    for i in sorted(rows, key=lambda i: (bool(i.keep), i.repo, i.kind, i.tags)):
+        age = f"{(now - i.created) / 86400:.1f} d" if i.created else "-"
+        size = i.size + sum(i.blobs.values())
+        echo(f"{'keep' if i.keep else 'gc':<4}{i.kind:<8} {age:>9} {size:>10}  {i.ref}"
+             + (f"  ({i.keep})" if i.keep else ""))
+    for line in plan.missing:
+        echo(f"note: a kept release lacks a layer image: {line}; the next build of that stack builds it again")
+    candidates = plan.candidates
+    echo(f"{len(candidates)} of {len(plan.items)} manifest(s) in {site.registry}/{site.namespace} are not needed; "
+         f"deleting them frees {plan.freed} bytes ({plan.freed / 2**20:.1f} MiB) once the registry collects "
+         "its garbage")
+    deleted: list = []
+    if apply_ and candidates:
+        deleted = gc_mod.apply(reg, plan, say=lambda line: echo(line))
+        echo(f"ok: {len(deleted)} manifest(s) deleted; run the registry's garbage collection to free the bytes "
+             "(docs/retention.md)")
+    elif not apply_:
+        if plan.deletes_allowed is False:
+            echo(f"note: {site.registry} does not allow deletes: --apply would be refused (storage.delete.enabled)")
+        echo("dry run: nothing was deleted (--apply deletes)")
+    reply({**plan.to_json(), "applied": apply_, "deleted": [f"{r}@{d}" for r, d in deleted]})
+
+
+@app.command()
+def catalog(out: Path = typer.Option(Path("catalog"), "--out", "-o", help="The folder to write the site into "
+                                     "(replaced whole; default ./catalog)."),
+            registry: Optional[str] = typer.Option(None, "--registry", help="The registry host[:port] (default: "
+                                                   "the stacks file's site.registry, else 127.0.0.1:5000)."),
+            namespace: Optional[str] = typer.Option(None, "--namespace", help="The namespace (default: the stacks "
+                                                    "file's site.namespace, else imgbuild)."),
+            file: Path = FileOpt, as_json: bool = JsonOpt) -> None:
+    """A static site for the cluster's users: every released stack of the namespace, what is in it, which GPUs
+    it is for, its checks, its SBOM, what changed since its last release and how to run it. Reads the registry
+    only (a stacks file, where there is one, only says which registry); HTML with catalog.json beside it."""
+    from builder import catalog as catalog_mod
+    from builder.catalog import page
+    from builder.load.spec import DEFAULT_NAMESPACE, DEFAULT_REGISTRY
+    from builder.ship.registry import Registry
+    json_mode("catalog", as_json)
+    site = load_spec(file).site if (registry is None or namespace is None) and file.exists() else None
+    host = registry or (site.registry if site else DEFAULT_REGISTRY)
+    ns = namespace or (site.namespace if site else DEFAULT_NAMESPACE)
+    reg = Registry(host, on_retry=lambda line: echo(line))
+    reg.ping()
+    collected = catalog_mod.collect(reg, ns, say=lambda line: echo(line))
+    written = page.write(out, collected)
+    stacks = collected["data"]["stacks"]
+    echo(f"ok: {out}/index.html: {len(stacks)} released stack(s) of {host}/{ns}, {len(written)} file(s)")
+    reply({"out": str(out), "stacks": [s["name"] for s in stacks], "files": written})
+
+
+@app.command()
 def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAME or an image reference."),
              file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
+             platform: Optional[str] = typer.Option(None, "--platform", help="Of a stack of several platforms, "
+                                                    "check this platform's image only (e.g. linux/arm64 on a Grace "
+                                                    "node); default: each platform's."),
              docker: Optional[str] = typer.Option(None, "--docker"), as_json: bool = JsonOpt) -> None:
     """Re-run the in-image checks of existing images (no target: every stack's) and record the results
     beside them."""
@@ -317,7 +397,7 @@ def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAM
     stacks = [t for t in targets or [] if t.startswith("stack=")]
     images = [t for t in targets or [] if not t.startswith("stack=")]
     names = select(spec, stacks, False) if stacks or not images else []
-    if not run_validate(spec, names, images, say=lambda line: echo(line), docker=docker):
+    if not run_validate(spec, names, images, say=lambda line: echo(line), docker=docker, platform=platform):
         raise ValidationFailed("checks failed (see above); nothing was tagged")
     echo("ok: every check passed or was skipped with its reason")
     reply({"stacks": names, "images": images})

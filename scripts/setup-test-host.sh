@@ -2,7 +2,8 @@
 # What only the test suite needs on a Debian 12 host (root), beyond scripts/setup-host.sh (the engine,
 # the registry, the base and the git mirror: what building and releasing need):
 #   1. packages: skopeo (a second registry client), rsync (gitlab-ci-local copies the checkout with it),
-#      squashfs-tools + umoci (imgbuild export), slurm-wlm + munge (a one-machine cluster)
+#      squashfs-tools + umoci (imgbuild export), slurm-wlm + munge (a one-machine cluster), chromium +
+#      chromium-driver (the catalog page opened in a real browser, headless)
 #   2. gitlab-ci-local (npm), which runs the pipelines `imgbuild ci gitlab` writes, for real
 #   3. a one-machine Slurm cluster (scripts/slurm-local.sh) for the node check's batch job
 #   4. nvcc and cuobjdump from PyPI (scripts/cuda-toolchain.sh), for the arch-coverage reader's tests
@@ -15,7 +16,7 @@ set -euo pipefail
 
 STATE_DIR="${IMGBUILD_STATE_DIR:-/var/lib/imgbuild}"
 LOG_DIR="${IMGBUILD_LOG_DIR:-/var/log/imgbuild}"
-PACKAGES=(skopeo rsync squashfs-tools umoci slurm-wlm munge)
+PACKAGES=(skopeo rsync squashfs-tools umoci slurm-wlm munge chromium chromium-driver)
 GITLAB_CI_LOCAL_VERSION=4.73.0  # 4.74 and later need Node 22
 here=$(cd "$(dirname "$0")" && pwd)
 

@@ -56,7 +56,7 @@ def test_a_refusal_is_the_same_envelope_on_every_verb(cli, tmp_path):
     data["stacks"]["cpu-smoke"]["layrs"] = []     # an unknown key: the file is refused before anything runs
     bad = write_stacks(tmp_path, data)
     argv = {"check": [], "render": [], "plan": [], "build": [], "release": [], "validate": [], "lint": None,
-            "probe": ["base=debian-bookworm"], "lock": [], "node-check": ["stack=cpu-smoke"],
+            "probe": ["base=debian-bookworm"], "lock": [], "gc": [], "catalog": ["-o", tmp_path / "cat"], "node-check": ["stack=cpu-smoke"],
             "export": ["stack=cpu-smoke", "--out", tmp_path / "x"],
             "ci gitlab": [], "ci github": []}
     for verb, extra in argv.items():

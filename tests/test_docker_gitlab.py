@@ -23,6 +23,7 @@ environment on."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -217,3 +218,44 @@ def test_a_failing_check_leaves_the_release_unrun_and_every_tag_in_place(repo):
     assert not ran(run["out"], "release-cpu-smoke")
     assert "released" not in run["out"]
     assert tags() == repo["released"]
+
+
+def test_gitlab_ci_local_reads_a_two_platform_pipeline_with_its_arm64_jobs(tmp_path):
+    """Issue 22: the child pipeline of a stack of two platforms, as gitlab-ci-local parses it (its JSON schema
+    validation and its dependency chain check): one job per (layer, platform), the arm64 ones on the arm64
+    runners of site.ci.platform_runner_tags, and the release needing both chains. Not run: its arm64 half is
+    13 minutes of emulation (tests/test_docker_platforms.py builds the same stack with imgbuild itself)."""
+    if not shutil.which("gitlab-ci-local"):
+        pytest.fail("gitlab-ci-local not installed (scripts/setup-test-host.sh installs it)")
+    data = yaml.safe_load((ROOT / "stacks.yaml").read_text())
+    data["site"] = {"registry": REGISTRY, "namespace": f"{NS}-gcl",
+                    "ci": {"runner_tags": ["builder"], "platform_runner_tags": {"linux/arm64": ["arm64-builder"]}}}
+    wheel = data["layers"]["cpu-torch-2.13"]["params"]["wheel"]
+    data["layers"]["cpu-torch-2.13"]["params"]["wheel"] = [wheel, {
+        "file": "torch-2.10.0-cp311-cp311-manylinux_2_28_aarch64.whl",
+        "sha256": "3282d9febd1e4e476630a099692b44fdc214ee9bf8ee5377732d9d9dfe5712e4"}]
+    data["stacks"] = {"cpu-both": {**data["stacks"]["cpu-smoke"], "platforms": ["linux/amd64", "linux/arm64"],
+                                   "tags": ["{stack}"]}}
+    subprocess.run(["git", "init", "-q", "-b", "main", str(tmp_path)], check=True)
+    (tmp_path / "stacks.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    made = subprocess.run([sys.executable, "-m", "builder.cli", "ci", "gitlab", "stack=cpu-both", "-o",
+                           str(tmp_path / ".gitlab-ci.yml")], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    subprocess.run([*GIT, "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*GIT, "commit", "-qm", "two platforms"], cwd=tmp_path, check=True)
+    checked = subprocess.run(["gitlab-ci-local", "--json-schema-validation", "--validate-dependency-chain"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0 and "All job dependencies are valid" in checked.stdout, checked.stdout + checked.stderr
+    listed = subprocess.run(["gitlab-ci-local", "--list-json"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    jobs = {j["name"]: j for j in json.loads(listed.stdout)}
+    nodes = [n for n in jobs if n.startswith("node-")]
+    arm = [n for n in nodes if n.endswith("-arm64")]
+    assert len(nodes) == 8 and len(arm) == 4, sorted(jobs)
+    needs = {j: {n["job"] for n in jobs[j]["needs"]} for j in jobs}
+    assert needs["release-cpu-both"] == set(nodes)
+    for name in arm:   # each arm64 job needs only arm64 jobs beneath it
+        assert all(n.endswith("-arm64") for n in needs[name]), (name, needs[name])
+    written = yaml.safe_load((tmp_path / ".gitlab-ci.yml").read_text())
+    assert all(written[n]["tags"] == ["arm64-builder"] for n in arm)
+    assert all(written[n]["tags"] == ["builder"] for n in nodes if n not in arm)

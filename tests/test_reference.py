@@ -86,7 +86,7 @@ def test_init_names_the_stack_it_is_given(cli, tmp_path, monkeypatch, stack):
     assert cli("plan", f"stack={stack}", "--offline", "-f", "stacks.yaml").code == 0
 
 
-VERBS = ["check", "render", "plan", "build", "release", "validate", "diff", "lint", "probe", "lock", "node-check",
+VERBS = ["check", "render", "plan", "build", "release", "validate", "diff", "lint", "probe", "lock", "node-check", "gc", "catalog",
          "export", "kinds", "init", "ci gitlab", "ci github"]
 
 

@@ -18,7 +18,7 @@ from typing import Callable
 from builder.errors import ImgbuildError
 from builder.ship.manifest import fetch_manifest, verdict
 from builder.plan.layout import layer_repo, release_record_tag, release_repo
-from builder.ship import sbom
+from builder.ship import card, sbom
 from builder.plan.keys import Plan
 from builder.load import platforms as plat
 from builder.ship import oci
@@ -164,6 +164,8 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
                 reg.put_manifest(dst_repo, child_digest, child, child_type)
             body, media_type = image_index(entries), OCI_INDEX
             digest = digest_of(body)
+        # What the stack declared (its GPUs, platforms, chains), beside the release, before a tag names it.
+        card.write(reg, dst_repo, digest, card.card(spec, plan, name))
         for tag in tags:
             moves.append((name, dst_repo, tag, body, media_type, digest))
     moved: dict = {}

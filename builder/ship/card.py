@@ -1,0 +1,56 @@
+"""The stack card: what a release is, in the stack's own words, stored beside the released image.
+
+The measured manifest beside each layer image says what is in the image. It does not say what the
+stack declared, because one layer image can serve several stacks: the GPUs it is meant for, its
+description, its platforms, its runtime environment, the layers of each platform's chain. promote
+writes those as an OCI artifact, NAMESPACE/STACK:sha256-HEX.stack, before the first tag names the
+release. The catalog (builder.catalog) reads it, so that it needs the registry and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+
+from builder.ship.oci import stored_document
+from builder.ship.registry import Registry
+
+CARD_TYPE = "application/vnd.imgbuild.stack.v1+json"
+CONFIG_TYPE = "application/vnd.imgbuild.config.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+def card_tag(release_digest: str) -> str:
+    return release_digest.replace(":", "-") + ".stack"
+
+
+def card(spec, plan, name: str) -> dict:
+    """The card of stack `name` as the plan releases it."""
+    from builder.nodecheck import runtime_env
+    stack = spec.stack(name)
+    return {
+        "stack": name, "description": stack.description or "",
+        "gpus": [g.name for g in stack.gpus], "platforms": list(plan.platforms(name)),
+        "base": stack.base.ref(spec.site),
+        "runtime_env": runtime_env(stack),
+        "chains": {p: [{"layer": n.name, "kind": n.layer.kind.name, "key": n.short} for n in plan.chain(name, p)]
+                   for p in plan.platforms(name)},
+        "tag_templates": list(stack.tags),
+    }
+
+
+def write(reg: Registry, repo: str, release_digest: str, data: dict) -> str:
+    body = json.dumps(data, sort_keys=True, indent=1).encode()
+    config = reg.put_blob(repo, b"{}")
+    layer = reg.put_blob(repo, body)
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": CARD_TYPE,
+                "config": {"mediaType": CONFIG_TYPE, "digest": config, "size": 2},
+                "layers": [{"mediaType": CARD_TYPE, "digest": layer, "size": len(body)}],
+                "annotations": {"io.imgbuild.subject": release_digest}}
+    return reg.put_manifest(repo, card_tag(release_digest), json.dumps(manifest, sort_keys=True).encode(), OCI_MANIFEST)
+
+
+def read(reg: Registry, repo: str, release_digest: str) -> dict | None:
+    return stored_document(reg, repo, card_tag(release_digest), CARD_TYPE, "the stack card")
+
+
+__all__ = ["card", "card_tag", "read", "write"]
