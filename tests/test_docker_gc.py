@@ -195,3 +195,38 @@ def test_a_key_deleted_on_purpose_is_built_again(work, history):
     acts = {n["layer"]: n["action"] for n in reports(work)[-1]["nodes"].values()}
     assert acts == {"cpu-torch-2.13": "reuse", "gc-env": "build"}, acts
     assert where(node)[1] is not None
+
+
+def test_a_registry_without_deletes_gets_a_clear_message_and_loses_nothing(tmp_path, work):
+    """A real Distribution registry with storage.delete off (its default): the dry run says --apply would be
+    refused, and --apply is refused before anything is deleted, exit 6, with the setting that allows it."""
+    from test_docker_faults import OwnRegistry
+    reg = OwnRegistry(tmp_path)
+    import yaml as _yaml
+    config = _yaml.safe_load(reg.config.read_text())
+    config["storage"]["delete"]["enabled"] = False
+    reg.config.write_text(_yaml.safe_dump(config))
+    reg.start()
+    try:
+        client = Registry(reg.host)   # one old layer image no release needs: a candidate
+        config = json.dumps({"created": "2020-01-01T00:00:00Z", "config": {"Labels": {
+            "org.opencontainers.image.created": "2020-01-01T00:00:00Z", "io.imgbuild.key": "0" * 64}}}).encode()
+        body = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                      "digest": client.put_blob(f"{GC_NS}/layers/x", config), "size": len(config)},
+                           "layers": []}).encode()
+        client.put_manifest(f"{GC_NS}/layers/x", "0" * 32, body, "application/vnd.oci.image.manifest.v1+json")
+        path = stacks_file(work, "gc-nodelete", revision("x"))
+        text = path.read_text().replace(REGISTRY, reg.host)
+        path.write_text(text)
+        dry = imgbuild(work, "gc", "-f", str(path))
+        assert dry.returncode == 0 and "does not allow deletes: --apply would be refused" in dry.stdout, dry.stdout
+        assert "1 of 1 manifest(s)" in dry.stdout, dry.stdout
+        for _ in range(2):
+            proc = imgbuild(work, "gc", "-f", str(path), "--apply")
+            assert proc.returncode == 6, proc.stdout + proc.stderr
+            assert "does not allow deleting manifests: nothing was deleted" in proc.stderr
+            assert "storage.delete.enabled: true" in proc.stderr and "Traceback" not in proc.stderr
+        assert client.manifest_digest(f"{GC_NS}/layers/x", "0" * 32)
+    finally:
+        reg.stop()
