@@ -618,6 +618,9 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
                only: Optional[str] = typer.Option(None, "--only", help="Comma-separated check ids."),
                emit_sbatch: Optional[Path] = typer.Option(None, "--emit-sbatch", help="Write a Slurm batch script "
                                                           "that runs the check over --nodes nodes, and do not run it."),
+               emit_k8s: Optional[Path] = typer.Option(None, "--emit-k8s", help="Write Kubernetes manifests (an "
+                                                       "Indexed Job, a headless Service, the worker as a ConfigMap) that "
+                                                       "run the check over --nodes nodes, and do not run it."),
                nodes: int = typer.Option(2, "--nodes", min=1, help="Nodes of the batch job."),
                gpus_per_node: int = typer.Option(0, "--gpus-per-node", min=0,
                                                  help="GPUs per node of the batch job (then one task per GPU)."),
@@ -647,6 +650,18 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
         env = nodecheck.runtime_env(spec.stack(name))
     else:
         image = target
+    if emit_k8s is not None:
+        from builder.nodecheck import k8s
+        settings = spec.site.k8s if target is not None and target.startswith("stack=") else \
+            (load_spec(file).site.k8s if file.exists() else k8s.K8sSettings())
+        objects = k8s.manifests(image, nodes, gpus_per_node or procs, gpus_per_node, env=env, settings=settings,
+                                worker_args=["--only", only] if only else None,
+                                worker=nodecheck.WORKER.read_text())   # refused before anything is written
+        emit_k8s.write_text(k8s.text(objects, objects[-1]["metadata"]["name"], nodes))
+        echo(f"ok: {emit_k8s}: a Job of {nodes} pod(s) x {gpus_per_node or procs} rank(s); run with: kubectl apply "
+             f"-f {emit_k8s}")
+        reply({"k8s": str(emit_k8s), "nodes": nodes, "objects": [o["kind"] for o in objects]})
+        return
     if emit_sbatch is not None:
         worker = emit_sbatch.resolve().with_name("imgbuild-node-check-worker.py")
         text = sbatch.script(image, str(worker), nodes, gpus_per_node or procs, gpus_per_node, env=env,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from builder.load import ciconf, retention
+from builder.load import ciconf, k8sconf, retention
 from builder.load import spec as spec_mod
 from builder.load.params import TYPES
 
@@ -32,7 +32,14 @@ KEY_DOCS = {
         "driver_floor": "The oldest NVIDIA driver on the site's GPU nodes (e.g. 580.65.06): preflight checks every base's CUDA against it.",
         "epoch": "A deliberate rebuild of everything: a whole number or a word, an input of every content key (raise it to rebuild every layer). Upgrading imgbuild changes no key by itself.",
         "retention": "What `imgbuild gc` keeps (below).",
+        "k8s": "What `imgbuild node-check --emit-k8s` writes into Kubernetes manifests (below).",
         "ci": "How `imgbuild ci` writes pipelines (below).",
+    },
+    "site.k8s": {
+        "namespace": "The Kubernetes namespace of the check's Job, Service and ConfigMap (default: kubectl's current one).",
+        "rdma_resources": "Extended resources each pod requests for RDMA/InfiniBand, as the site's device plugin names them, e.g. {rdma/ib: 1}.",
+        "node_selector": "Node labels the pods must match, e.g. {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}.",
+        "image_pull_secret": "A Secret (dockerconfigjson) in that namespace for pulling from the site registry.",
     },
     "site.retention": {
         "keep_releases": "The newest N released images of each stack (default 3).",
@@ -83,7 +90,7 @@ KEY_DOCS = {
                      "linux/amd64), linux/amd64 without GPUs.",
     },
 }
-SECTIONS = {"top": spec_mod.TOP_KEYS, "site": spec_mod.SITE_KEYS, "site.ci": ciconf.KEYS, "site.retention": retention.KEYS,
+SECTIONS = {"top": spec_mod.TOP_KEYS, "site": spec_mod.SITE_KEYS, "site.ci": ciconf.KEYS, "site.retention": retention.KEYS, "site.k8s": k8sconf.KEYS,
             "bases.NAME": spec_mod.BASE_KEYS, "layers.NAME": spec_mod.LAYER_KEYS, "stacks.NAME": spec_mod.STACK_KEYS}
 
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from packaging.version import InvalidVersion, Version
 
 from builder.rules import catalog
-from builder.load import ciconf, platforms, retention, versions
+from builder.load import ciconf, k8sconf, platforms, retention, versions
 from builder.load.ciconf import CiSettings
 from builder.errors import SpecError, SpecErrors
 from builder.load.kinds import Kind, load_kinds
@@ -43,7 +43,7 @@ FAMILIES = ("ngc-pytorch", "debian")
 DEFAULT_TAGS = ("{stack}", "{stack}-{date}")
 SECTIONS = {"layers": ("base", "layer"), "projects": ("project",), "runtimes": ("runtime",)}
 TOP_KEYS = {"version", "site", "bases", "layers", "projects", "runtimes", "stacks"}
-SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "epoch", "retention", "ci"}
+SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "epoch", "retention", "k8s", "ci"}
 BASE_KEYS = {"image", "digest", "family", "provides", "source", "description"}
 LAYER_KEYS = {"kind", "params", "description"}
 STACK_KEYS = {"extends", "description", "base", "layers", "project", "runtime", "above", "gpus", "tags",
@@ -65,6 +65,7 @@ class Site:
     # Nothing else of imgbuild's own (its version, its code) is: see docs/keys.md.
     epoch: str | None = None
     retention: retention.Retention = retention.Retention()   # what `imgbuild gc` keeps
+    k8s: k8sconf.K8sSettings = k8sconf.K8sSettings()       # what node-check --emit-k8s writes
     ci: CiSettings = CiSettings()
 
 
@@ -433,7 +434,8 @@ class _Loader:
         return Site(registry=registry, namespace=namespace,
                     driver_floor=self.driver(("site", "driver_floor"), raw.get("driver_floor")),
                     epoch=self.epoch(("site", "epoch"), raw.get("epoch")),
-                    retention=retention.parse(self, raw.get("retention")), ci=ciconf.parse(self, raw.get("ci")))
+                    retention=retention.parse(self, raw.get("retention")), k8s=k8sconf.parse(self, raw.get("k8s")),
+                    ci=ciconf.parse(self, raw.get("ci")))
 
     def epoch(self, path: tuple, value: Any) -> str | None:
         """A whole number or a short word (2, 2026-12, a date): kept as text, so that 2 and "2" are one epoch."""

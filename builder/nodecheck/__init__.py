@@ -107,8 +107,14 @@ def worker_argv(procs: int, options: dict, port: int = 29500) -> list[str]:
     return argv
 
 
+# `kubectl logs --prefix` puts the pod and container before each line: [pod/NAME-0-x1y2z/check] ...
+KUBECTL_PREFIX = re.compile(r"^\[pod/[a-z0-9.-]+/[a-z0-9-]+\] ")
+
+
 def parse(image: str, stdout: str, stderr: str, returncode: int) -> NodeReport:
-    line = next((l for l in reversed(stdout.splitlines()) if l.startswith(RESULT_TAG)), None)
+    """The report in a check's output: a container's, a Slurm job's, or pods' logs as kubectl prints them."""
+    lines = (KUBECTL_PREFIX.sub("", l, count=1) for l in reversed(stdout.splitlines()))
+    line = next((l for l in lines if l.startswith(RESULT_TAG)), None)
     if line is None:
         tail = (stderr or stdout).strip()[-1500:]
         raise NodeCheckFailed(f"the check did not finish in {image} (exit {returncode}): {tail}")
