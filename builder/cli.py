@@ -337,6 +337,8 @@ def gc(file: Path = FileOpt, apply_: bool = typer.Option(False, "--apply", help=
              + (f"  ({i.keep})" if i.keep else ""))
     for line in plan.missing:
         echo(f"note: a kept release lacks a layer image: {line}; the next build of that stack builds it again")
+    for line in plan.unread:
+        echo(f"note: not readable, so its shared blobs are not counted (fewer bytes may be freed): {line}")
     candidates = plan.candidates
     echo(f"{len(candidates)} of {len(plan.items)} manifest(s) in {site.registry}/{site.namespace} are not needed; "
          f"deleting them frees {plan.freed} bytes ({plan.freed / 2**20:.1f} MiB) once the registry collects "

@@ -91,3 +91,15 @@ def test_a_failed_write_leaves_the_previous_site(tmp_path, monkeypatch):
         page.write(out, {"data": data(description="new"), "sboms": {}})
     assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["site"]   # no temporary folder left
+
+
+def test_a_folder_that_is_not_a_catalog_is_never_replaced(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "thesis.tex").write_text("years of work")
+    with pytest.raises(CatalogError, match="does not hold a catalog"):
+        page.write(home, {"data": data(), "sboms": {}})
+    assert (home / "thesis.tex").read_text() == "years of work"
+    page.write(tmp_path / "empty", {"data": data(), "sboms": {}})
+    page.write(tmp_path / "empty", {"data": data(description="again"), "sboms": {}})   # over an earlier catalog
+    assert "again" in (tmp_path / "empty" / "index.html").read_text()

@@ -216,6 +216,7 @@ def test_a_registry_without_deletes_is_refused_before_anything_goes(three, monke
     ({"keep_releases": -1}, "is not between 0 and"),
     ({"keep_days": "7"}, "expected a whole number"),
     ({"keep_tags": "prod"}, "expected a list of release tags"),
+    ({"grace_hours": 0}, "would let gc delete what a running build is about to use"),
     ({"keep_tags": ["bad tag"]}, "is not a tag or a glob of tags"),
     ({"keep": 3}, "unknown key 'keep'"),
 ])
@@ -251,3 +252,43 @@ def test_the_parent_label_is_read_in_each_form_imgbuild_writes(label, expect):
     naming where it is pushed): gc and the catalog follow chains through both."""
     from builder.plan.layout import parent_of
     assert parent_of({"io.imgbuild.parent": label}) == expect
+
+
+def test_what_imgbuild_did_not_write_takes_no_release_slot_and_is_never_deleted(three):
+    """A cosign signature beside a release, a hand-pushed image in a stack's repository, and a tag a person put on
+    an old layer image: none is ranked as a release, none is a candidate, and the layer image keeps its chain."""
+    dst = f"{NS}/stack"
+    three.reg.put_manifest(dst, f"sha256-{three.tops[0][7:]}.sig", b'{"schemaVersion":2,"layers":[],"sig":1}', OCI)
+    config = json.dumps({"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(NOW)), "config": {"Labels": {}}}).encode()
+    hand = json.dumps({"schemaVersion": 2, "mediaType": OCI, "layers": [], "config": {
+        "mediaType": "application/vnd.oci.image.config.v1+json", "digest": three.reg.put_blob(dst, config),
+        "size": len(config)}}).encode()
+    three.reg.put_manifest(dst, "handmade", hand, OCI)
+    env0 = three.revs[0][0]
+    three.reg.put_manifest(env0[0], "pinned-by-hand", three.reg.manifests[env0[:2]][0], OCI)
+    plan = three.plan(keep_releases=2, keep_days=0)
+    gone = names(plan.candidates)
+    assert (dst, three.tops[1]) not in gone and (dst, three.tops[2]) not in gone   # the two newest, as before
+    assert (dst, digest_of(hand)) not in gone and not [i for i in plan.candidates if i.tags and i.tags[0].endswith(".sig")]
+    assert env0[:2] not in gone and three.torch[:2] not in gone
+    assert next(i for i in plan.items if (i.repo, i.digest) == env0[:2]).keep.startswith("also named by pinned-by-hand")
+
+
+def test_a_rollback_is_the_newest_release_whatever_its_build_time(three):
+    """Releasing an old image again (its stack card records the release time) makes it the newest release."""
+    from builder.ship import card
+    card.write(three.reg, f"{NS}/stack", three.tops[0], {"stack": "stack", "released": "2099-01-01T00:00:00Z"})
+    plan = three.plan(keep_releases=1, keep_days=0)
+    gone = names(plan.candidates)
+    assert (f"{NS}/stack", three.tops[0]) not in gone and (f"{NS}/stack", three.tops[2]) in gone
+    assert three.revs[0][1][:2] not in gone   # and the rolled-back release keeps its chain
+
+
+def test_a_release_whose_key_a_run_leased_is_kept():
+    s = Site()
+    old = s.image("top", None, 30)
+    s.release("st", old, ["st-old"])
+    new = s.image("top", None, 20)
+    s.release("st", new, ["st"])
+    leases.take(s.reg, NS, "rollback", {old[2]: "top"})
+    assert (f"{NS}/st", old[1]) not in names(s.plan(keep_releases=1, keep_days=0).candidates)

@@ -129,3 +129,15 @@ def test_from_log_reads_the_pods_logs_as_kubectl_prints_them():
         "[pod/imgbuild-node-check-1-x2b9q/check] done"])
     parsed = parse("job", log, log, 0)
     assert parsed.world_size == 16 and parsed.ok and parsed.results[0]["id"] == "allreduce"
+
+
+def test_rdma_pods_may_lock_memory_and_an_extended_resource_needs_its_domain(tmp_path):
+    objects = k8s.manifests(IMAGE, 2, 8, 8, settings=SITE, worker="x")
+    container = objects[2]["spec"]["template"]["spec"]["containers"][0]
+    assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    plain = k8s.manifests(IMAGE, 2, 8, 8, worker="x")[2]["spec"]["template"]["spec"]["containers"][0]
+    assert "securityContext" not in plain
+    data = shipped_data()
+    data.setdefault("site", {})["k8s"] = {"rdma_resources": {"rdma": 1}}
+    res = run_cli("check", "-f", str(write_stacks(tmp_path, data)))
+    assert res.code == 2 and "is not an extended resource name" in res.output

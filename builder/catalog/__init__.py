@@ -72,7 +72,11 @@ class _Collector:
                 by_digest.setdefault(digest, []).append(tag)
         found = []
         for digest, tags in by_digest.items():
-            images = self.images(repo, digest)
+            try:
+                images = self.images(repo, digest)
+            except (ImgbuildError, KeyError, TypeError, ValueError) as exc:   # not an image imgbuild wrote
+                self.say(f"note: {repo}@{digest[:19]} is left out: {str(exc).splitlines()[0][:120] if str(exc) else exc!r}")
+                continue
             if images and all("io.imgbuild.key" in i["labels"] for i in images.values()):
                 created = max((_created(i["labels"]) or "" for i in images.values()), default="")
                 found.append((created, digest, tags, images))
@@ -111,9 +115,9 @@ class _Collector:
         stack_card = self.card(repo, digest)
         out = {"digest": digest, "tags": sorted(tags), "created": created or None,
                "reference": f"{self.reg.host}/{repo}@{digest}",
-               "gpus": stack_card.get("gpus") if stack_card else None,
-               "description": (stack_card or {}).get("description", ""),
-               "runtime_env": (stack_card or {}).get("runtime_env", {}),
+               "gpus": [str(g) for g in stack_card.get("gpus") or []] if stack_card else None,
+               "description": str((stack_card or {}).get("description") or ""),
+               "runtime_env": {str(k): str(v) for k, v in dict((stack_card or {}).get("runtime_env") or {}).items()},
                "platforms": [self.platform(repo, p, i, full) for p, i in images.items()]}
         return out
 

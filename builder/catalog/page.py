@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from builder.catalog import FRAMEWORKS
+from builder.catalog import FRAMEWORKS, CatalogError
 from builder.nodecheck import WORKER
 from builder.nodecheck import sbatch
 
@@ -32,6 +32,11 @@ def write(out: Path, collected: dict) -> list[str]:
     """Write the site into `out` (replaced whole); returns the files written, relative to it."""
     data, sboms = collected["data"], collected["sboms"]
     out = out.resolve()
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "catalog.json").is_file())):
+        # The folder is replaced whole: only one that holds a catalog already (or nothing) may be.
+        raise CatalogError(f"{out} exists and does not hold a catalog (no catalog.json): it is replaced whole, so "
+                           "imgbuild writes only into a new or empty folder, or over an earlier catalog",
+                           hint="name a new folder, e.g. -o public")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

@@ -23,7 +23,9 @@ from builder.load.params import type_name
 KEYS = {"namespace", "rdma_resources", "node_selector", "image_pull_secret"}
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
-# A qualified name (label keys, resource names): an optional DNS subdomain prefix and a name of 63.
+# An extended resource's name: a DNS subdomain prefix (required) and a name of 63 (rdma/ib, nvidia.com/hostdev).
+EXTENDED = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
+# A qualified name (label keys): an optional DNS subdomain prefix and a name of 63.
 QUALIFIED = re.compile(r"^(?:[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
 LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
 
@@ -56,7 +58,7 @@ def parse(loader, value: Any) -> K8sSettings:
                                what="a mapping of extended resource names to counts")
         pairs = []
         for name, count in found.items():
-            if not isinstance(name, str) or not QUALIFIED.match(name) or name.startswith(("cpu", "memory", "nvidia.com/gpu")):
+            if not isinstance(name, str) or not EXTENDED.match(name) or name.startswith(("kubernetes.io/", "nvidia.com/gpu")):
                 raise loader.err(path + ("rdma_resources", str(name)), f"{str(name)[:80]!r} is not an extended resource "
                                  "name (e.g. rdma/ib, nvidia.com/hostdev)")
             if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 64:
@@ -78,4 +80,4 @@ def parse(loader, value: Any) -> K8sSettings:
     return K8sSettings(**out)
 
 
-__all__ = ["K8sSettings", "parse", "DNS_LABEL", "QUALIFIED"]
+__all__ = ["K8sSettings", "parse", "DNS_LABEL", "QUALIFIED", "EXTENDED"]

@@ -22,7 +22,7 @@ from builder.load.params import type_name
 
 KEYS = {"keep_releases", "keep_tags", "keep_days", "grace_hours"}
 TAG_GLOB = re.compile(r"^[A-Za-z0-9_*?\[\]][A-Za-z0-9_.*?\[\]-]{0,127}\Z")
-LIMITS = {"keep_releases": 10_000, "keep_days": 36_500, "grace_hours": 8_760}
+LIMITS = {"keep_releases": (0, 10_000), "keep_days": (0, 36_500), "grace_hours": (1, 8_760)}
 
 
 @dataclass(frozen=True)
@@ -43,13 +43,15 @@ def parse(loader, value: Any) -> Retention:
     path = ("site", "retention")
     raw = loader.mapping(path, value, KEYS, what="a mapping of retention settings")
     out: dict = {}
-    for key, limit in LIMITS.items():
+    for key, (low, high) in LIMITS.items():
         if key in raw:
             number = raw[key]
             if isinstance(number, bool) or not isinstance(number, int):
                 raise loader.err(path + (key,), f"expected a whole number, got {type_name(number)}")
-            if not 0 <= number <= limit:
-                raise loader.err(path + (key,), f"{number} is not between 0 and {limit}")
+            if not low <= number <= high:
+                raise loader.err(path + (key,), f"{number} is not between {low} and {high}"
+                                 + (" (0 would let gc delete what a running build is about to use)"
+                                    if key == "grace_hours" else ""))
             out[key] = number
     if "keep_tags" in raw:
         tags = raw["keep_tags"]

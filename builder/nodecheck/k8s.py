@@ -26,10 +26,11 @@ import re
 
 import yaml
 
-from builder.load.k8sconf import DNS_LABEL, K8sSettings
+from builder.load.k8sconf import K8sSettings
 from builder.nodecheck import IN_IMAGE, NodeCheckFailed
 
 PORT = 29500
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 IMAGE_BY_DIGEST = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]+)?/[a-z0-9]+(?:[._/-][a-z0-9]+)*@sha256:[0-9a-f]{64}\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 BAD_VALUE = re.compile(r"[\x00-\x1f\x7f'\"`\\$]")   # $: Kubernetes expands $(NAME) in env values
@@ -45,8 +46,8 @@ def manifests(image: str, nodes: int, procs_per_node: int, gpus_per_node: int = 
               settings: K8sSettings = K8sSettings(), name: str = "imgbuild-node-check",
               worker_args: list | None = None, worker: str = "") -> list[dict]:
     """The ConfigMap (the worker), the headless Service and the Indexed Job, as Kubernetes objects."""
-    if not DNS_LABEL.match(name) or len(name) > 50:   # pod hostnames are NAME-INDEX: 63 at most
-        raise _refuse("the name", name, "not a DNS label of 50 characters at most")
+    if not DNS_1035.match(name) or len(name) > 50:   # a Service's name; pod hostnames are NAME-INDEX: 63 at most
+        raise _refuse("the name", name, "not a DNS-1035 label (a letter first) of 50 characters at most")
     if not IMAGE_BY_DIGEST.match(image):
         raise _refuse("the image", image, "not a reference by digest (REGISTRY/REPOSITORY@sha256:...): a Job names "
                       "the exact image it checks")
@@ -87,6 +88,8 @@ def manifests(image: str, nodes: int, procs_per_node: int, gpus_per_node: int = 
     }
     if limits:
         container["resources"] = {"limits": limits}
+    if settings.rdma_resources:   # NCCL over InfiniBand registers (pins) memory: the pod needs IPC_LOCK
+        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
     pod = {"subdomain": name, "restartPolicy": "Never", "containers": [container],
            "volumes": [{"name": "worker", "configMap": {"name": f"{name}-worker"}},
                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}]}

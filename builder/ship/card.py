@@ -10,6 +10,7 @@ release. The catalog (builder.catalog) reads it, so that it needs the registry a
 from __future__ import annotations
 
 import json
+import time
 
 from builder.ship.oci import stored_document
 from builder.ship.registry import Registry
@@ -35,6 +36,8 @@ def card(spec, plan, name: str) -> dict:
         "chains": {p: [{"layer": n.name, "kind": n.layer.kind.name, "key": n.short} for n in plan.chain(name, p)]
                    for p in plan.platforms(name)},
         "tag_templates": list(stack.tags),
+        # When this release was made: gc orders a stack's releases by it (a rollback is the newest).
+        "released": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 

@@ -1,17 +1,19 @@
 """`imgbuild gc`: which manifests of a namespace no release, lease or retention rule needs, and deleting them.
 
 What is kept (site.retention, builder.load.retention), everything else of the namespace is a candidate:
-  - of each stack (NAMESPACE/STACK, a repository whose images imgbuild labelled), the newest keep_releases
-    released images (an image or index some release tag names, newest by the time it was built), every
-    image a keep_tags tag names, and every release younger than keep_days;
+  - of each stack (NAMESPACE/STACK), the newest keep_releases released images (an image or index of
+    imgbuild's that some release tag names, newest by when it was last released, from its stack card: a
+    rollback is the newest), every image a keep_tags tag names or a lease names, and every release
+    younger than keep_days;
   - the whole chain of every kept release: each layer image from the top down to the base, found through
     the labels imgbuild writes into every image (io.imgbuild.parent names the parent by digest);
   - every layer image (and its chain) younger than keep_days, and every key a lease younger than
     grace_hours names (a build or release that is running: builder.ship.leases);
   - beside each kept image: its measured manifest (sha256-HEX.imgbuild), its SBOM, and the release records
     of the tags that still name it.
-Nothing outside the namespace is touched, and in it nothing imgbuild did not write (a repository whose
-images carry no imgbuild label, a tag of a shape imgbuild never writes) is a candidate.
+Nothing outside the namespace is touched, and in it nothing imgbuild did not write is a candidate: an
+image without imgbuild's labels, a tag of a shape imgbuild never writes (a signature, `latest`), nor a
+manifest such a tag shares with one of imgbuild's (deleting by digest would delete that tag too).
 
 A dry run (the default) lists the candidates and the bytes they free: the blobs that only candidates
 reference, counted over every repository of the registry (a layer shared with a kept image, or with
@@ -31,6 +33,7 @@ builds the key again.
 from __future__ import annotations
 
 import calendar
+import json
 import re
 import secrets
 import time
@@ -41,8 +44,9 @@ from builder.errors import ImgbuildError, RegistryError
 from builder.load.retention import Retention
 from builder.plan.keys import KEY_LEN
 from builder.plan.layout import LAYERS, lease_repo, parent_of
+from builder.ship import card as card_mod
 from builder.ship import leases as lease_mod
-from builder.ship.registry import Registry, json_object
+from builder.ship.registry import DIGEST, Registry, json_object
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 IMAGE_CONFIGS = ("application/vnd.oci.image.config.v1+json", "application/vnd.docker.container.image.v1+json")
@@ -70,6 +74,7 @@ class Item:
     blobs: dict = field(default_factory=dict)     # digest -> size: its config and layers
     children: list = field(default_factory=list)  # an index's manifests (digests, in the same repository)
     created: float | None = None
+    released: float | None = None   # a release: when it was last released (its stack card), else built
     labels: dict = field(default_factory=dict)
     subject: str | None = None   # beside: the image digest; record: the tag it records; lease: the run
     keys: dict = field(default_factory=dict)      # lease: short key -> layer
@@ -88,6 +93,7 @@ class GcPlan:
     items: list               # every Item of the namespace (candidates and kept)
     freed_blobs: dict         # digest -> bytes: the blobs (and manifests) only candidates reference
     missing: list             # chains of kept releases that lack a layer image: "repo@digest (needed by ...)"
+    unread: list = field(default_factory=list)   # other namespaces' repositories that could not be read
     deletes_allowed: bool | None = None
 
     @property
@@ -103,6 +109,7 @@ class GcPlan:
                     "keep_releases": self.policy.keep_releases, "keep_tags": list(self.policy.keep_tags),
                     "keep_days": self.policy.keep_days, "grace_hours": self.policy.grace_hours},
                 "deletes_allowed": self.deletes_allowed, "bytes_freed": self.freed, "missing": self.missing,
+                "unread": self.unread,
                 "blobs_freed": sorted(self.freed_blobs),
                 "candidates": [_row(i) for i in self.candidates],
                 "kept": [_row(i) for i in self.items if i.keep]}
@@ -126,6 +133,7 @@ class _Reader:
     def __init__(self, reg: Registry, namespace: str):
         self.reg, self.ns = reg, namespace
         self.items: dict = {}      # (repo, digest) -> Item
+        self.unread: list = []     # foreign repositories that could not be read (their blobs are unknown)
 
     def kind_of(self, repo: str, tag: str) -> str:
         if not repo.startswith(self.ns + "/"):
@@ -134,49 +142,70 @@ class _Reader:
             return "lease" if tag.startswith(lease_mod.PREFIX) else "other"
         if BESIDE_TAG.match(tag):
             return "beside"
+        if tag.startswith("sha256-"):
+            return "other"     # a signature or attestation (cosign's .sig, .att): not imgbuild's
         if repo.startswith(f"{self.ns}/{LAYERS}/"):
             return "layer" if KEY_TAG.match(tag) else "pending" if PENDING_TAG.match(tag) else "other"
         return "record" if RECORD_TAG.match(tag) else "release"
 
     def read(self) -> None:
-        # The leases first. A run takes its lease before it pushes or releases anything, and drops it only
-        # after its release: a run whose lease is gone here has released already, so the listing below
-        # sees its release, and a run whose lease is read here has its keys kept. (Read last, a run could
-        # release after its stack's repository was listed and drop its lease before the leases were.)
-        leases_first = sorted(self.reg.repositories(), key=lambda r: r != lease_repo(self.ns))
-        for repo in leases_first:
-            by_digest: dict = {}
-            for tag in self.reg.tags(repo):
-                digest = self.reg.manifest_digest(repo, tag)
-                if digest:
-                    by_digest.setdefault(digest, []).append(tag)
-            for digest, tags in by_digest.items():
-                kinds = {self.kind_of(repo, t) for t in tags}
-                # One manifest, several kinds of tag (a key and its pending tag): the image's kind wins.
-                kind = next(k for k in ("foreign", "release", "layer", "pending", "lease", "record", "beside", "other")
-                            if k in kinds)
-                self.add(repo, digest, tags, kind)
+        # The leases first, and only then the list of repositories. A run takes its lease before it pushes or
+        # releases anything, and drops it only after its release: a run whose lease is gone here has released
+        # already, so what is read after sees its release, and a run whose lease is read here has its keys
+        # kept. (Read last, a run could release after its stack's repository was read and drop its lease
+        # before the leases were.)
+        self.repo(lease_repo(self.ns))
+        for repo in self.reg.repositories():
+            if repo == lease_repo(self.ns):
+                continue
+            if repo.startswith(self.ns + "/"):
+                self.repo(repo)
+                continue
+            try:   # another namespace: read only for the blobs it shares; unreadable is not fatal
+                self.repo(repo)
+            except (ImgbuildError, KeyError, TypeError, ValueError, AttributeError) as exc:
+                self.unread.append(f"{repo} ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})")
+
+    def repo(self, repo: str) -> None:
+        by_digest: dict = {}
+        for tag in self.reg.tags(repo):
+            digest = self.reg.manifest_digest(repo, tag)
+            if digest:
+                by_digest.setdefault(digest, []).append(tag)
+        for digest, tags in by_digest.items():
+            kinds = {self.kind_of(repo, t) for t in tags}
+            # One manifest, several kinds of tag (a key and its pending tag): the image's kind wins. A tag
+            # imgbuild never writes on the same manifest keeps it (deleting by digest would delete that tag).
+            kind = next(k for k in ("foreign", "release", "layer", "pending", "lease", "record", "beside", "other")
+                        if k in kinds)
+            item = self.add(repo, digest, tags, kind)
+            if item is not None and "other" in kinds and kind != "other":
+                item.keep = "also named by " + next(t for t in tags if self.kind_of(repo, t) == "other") + \
+                            " (a tag imgbuild does not write)"
 
     def add(self, repo: str, digest: str, tags: list, kind: str) -> Item | None:
         found = self.reg.get_manifest(repo, digest)
         if not found:
-            return None
+            return None   # deleted since it was listed
         manifest, media_type, _ = found
         item = Item(repo=repo, digest=digest, tags=sorted(tags), kind=kind, media_type=media_type)
         if media_type in INDEX_TYPES:
-            item.children = [m.get("digest") for m in manifest.get("manifests") or [] if isinstance(m, dict)]
+            item.children = [m["digest"] for m in manifest.get("manifests") or []
+                             if isinstance(m, dict) and isinstance(m.get("digest"), str) and DIGEST.match(m["digest"])]
         else:
             descriptors = [manifest.get("config") or {}] + list(manifest.get("layers") or [])
-            item.blobs = {d["digest"]: int(d.get("size") or 0) for d in descriptors
-                          if isinstance(d, dict) and isinstance(d.get("digest"), str)}
-        config = manifest.get("config") or {}
-        if kind != "foreign" and config.get("mediaType") in IMAGE_CONFIGS:
+            item.blobs = {d["digest"]: d["size"] for d in descriptors if isinstance(d, dict)
+                          and isinstance(d.get("digest"), str) and isinstance(d.get("size"), int)}
+        config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+        if kind != "foreign" and config.get("mediaType") in IMAGE_CONFIGS and isinstance(config.get("digest"), str):
             body = json_object(self.reg.get_blob(repo, config["digest"], limit=1 << 24), f"the config of {repo}@{digest}")
-            item.labels = dict((body.get("config") or {}).get("Labels") or {})
+            inner = body.get("config") if isinstance(body.get("config"), dict) else {}
+            labels = inner.get("Labels") if isinstance(inner.get("Labels"), dict) else {}
+            item.labels = {str(k): v for k, v in labels.items() if isinstance(v, str)}
             # When imgbuild built it: its label. The config's own "created" is the parent's for a layer that
             # adds no files (BuildKit keeps it), so it is only the fallback.
             item.created = _created(item.labels.get("org.opencontainers.image.created")) or _created(body.get("created"))
-        annotations = manifest.get("annotations") or {}
+        annotations = manifest.get("annotations") if isinstance(manifest.get("annotations"), dict) else {}
         if kind == "record":
             item.subject = annotations.get("io.imgbuild.tag")
         elif kind == "beside":
@@ -206,11 +235,13 @@ def plan_gc(reg: Registry, namespace: str, policy: Retention, now: float | None 
     by_ref = {(i.repo, r): i for i in mine if i.kind in ("layer", "pending") for r in [i.digest, *i.tags]}
 
     def chain(item: Item, why: str) -> None:
-        """Keep the layer image `item` copies (or is) and every one beneath it, by their labels."""
+        """Keep the layer image `item` copies (or is) and every one beneath it, by their labels. Where the
+        copied layer image is gone, the chain is followed from the item's own parent label."""
         title = item.labels.get("org.opencontainers.image.title")
         here = items.get((f"{namespace}/{LAYERS}/{title}", item.digest)) if title else None
-        if title and here is None:
+        if title and here is None and item.kind not in ("layer", "pending"):
             missing.append(f"{namespace}/{LAYERS}/{title}@{item.digest[:19]} (the image of {item.ref})")
+        here = here or item
         seen: set = set()
         while here is not None and (here.repo, here.digest) not in seen:
             seen.add((here.repo, here.digest))
@@ -235,7 +266,11 @@ def plan_gc(reg: Registry, namespace: str, policy: Retention, now: float | None 
             if now - (lease.started or 0) < policy.grace_hours * 3600:
                 i.keep = f"a lease of a run started {_age(now - lease.started)} ago"
                 live_keys.update({k: i.subject for k in lease.keys})
-    # Releases, stack by stack.
+    # What the reader kept (a manifest also named by a tag imgbuild does not write) keeps its chain.
+    for i in mine:
+        if i.keep.startswith("also named by") and i.kind in ("layer", "pending", "release"):
+            chain(i, f"beneath {i.ref}")
+    # Releases, stack by stack: imgbuild's images only, ordered by when each was last released.
     by_repo: dict = {}
     for i in mine:
         if i.kind == "release":
@@ -246,21 +281,27 @@ def plan_gc(reg: Registry, namespace: str, policy: Retention, now: float | None 
                 kids = [items.get((repo, c)) for c in r.children]
                 r.created = max((k.created for k in kids if k and k.created), default=None)
                 r.labels = next((k.labels for k in kids if k and k.labels), {})
-        if not any("io.imgbuild.key" in r.labels for r in releases):
-            for r in releases:
-                r.keep = "not a repository of imgbuild releases (no io.imgbuild label)"
-            continue
-        releases.sort(key=lambda r: (r.created or 0, r.digest), reverse=True)
-        for rank, r in enumerate(releases):
+        ours = []
+        for r in releases:
+            if "io.imgbuild.key" not in r.labels:
+                r.keep = r.keep or "not an image imgbuild released (no io.imgbuild label)"
+            else:
+                r.released = _released(reg, r) or r.created
+                ours.append(r)
+        ours.sort(key=lambda r: (r.released or 0, r.digest), reverse=True)
+        for rank, r in enumerate(ours):
             named = [t for t in r.tags if policy.named(t)]
+            leased = r.labels.get("io.imgbuild.key", "")[:KEY_LEN] in live_keys
             if rank < policy.keep_releases:
-                r.keep = f"one of the newest {policy.keep_releases} releases of {repo.rsplit('/', 1)[-1]}"
+                r.keep = r.keep or f"one of the newest {policy.keep_releases} releases of {repo.rsplit('/', 1)[-1]}"
             elif named:
-                r.keep = f"named by keep_tags ({named[0]})"
-            elif r.created is not None and now - r.created < policy.keep_days * DAY:
-                r.keep = f"released {_age(now - r.created)} ago, within keep_days {policy.keep_days}"
-            elif r.created is None:
-                r.keep = "its age cannot be read"
+                r.keep = r.keep or f"named by keep_tags ({named[0]})"
+            elif leased:
+                r.keep = r.keep or "a run holds a lease on its key (it may be releasing it again)"
+            elif r.released is not None and now - r.released < policy.keep_days * DAY:
+                r.keep = r.keep or f"released {_age(now - r.released)} ago, within keep_days {policy.keep_days}"
+            elif r.released is None:
+                r.keep = r.keep or "its age cannot be read"
             if r.keep:
                 for c in r.children:
                     child = items.get((repo, c))
@@ -276,14 +317,11 @@ def plan_gc(reg: Registry, namespace: str, policy: Retention, now: float | None 
                     if KEY_TAG.match(t) or PENDING_TAG.match(t)}
             leased = keys & set(live_keys)
             if leased:
-                why = f"a lease holds {sorted(leased)[0][:12]}"
-                chain(i, why)
-                i.keep = i.keep or why
+                chain(i, f"a lease holds {sorted(leased)[0][:12]}")
             elif i.created is not None and now - i.created < policy.keep_days * DAY:
-                chain(i, f"beneath an image built {_age(now - i.created)} ago")
-                i.keep = i.keep or f"built {_age(now - i.created)} ago, within keep_days {policy.keep_days}"
+                chain(i, f"built {_age(now - i.created)} ago, within keep_days {policy.keep_days}")
             elif i.created is None:
-                i.keep = "its age cannot be read"
+                chain(i, "its age cannot be read")
     # What sits beside images, and the release records of tags that stay.
     kept_digests = {(i.repo, i.digest) for i in mine if i.keep and i.kind in ("release", "child", "layer", "pending")}
     staying_tags = {(i.repo, t) for i in mine if i.keep and i.kind == "release" for t in i.tags}
@@ -293,7 +331,17 @@ def plan_gc(reg: Registry, namespace: str, policy: Retention, now: float | None 
         elif i.kind == "record" and not i.keep and (i.repo, i.subject) in staying_tags:
             i.keep = f"the release record of {i.subject}"
     return GcPlan(registry=reg.host, namespace=namespace, policy=policy, items=mine,
-                  freed_blobs=_freed(reg, items), missing=sorted(set(missing)))
+                  freed_blobs=_freed(reg, items), missing=sorted(set(missing)), unread=reader.unread)
+
+
+def _released(reg: Registry, item: Item) -> float | None:
+    """When a release was last made: the time its stack card records (promote writes it at every release, a
+    rollback to an older image included); None for a release made before cards had one."""
+    try:
+        found = card_mod.read(reg, item.repo, item.digest)
+    except RegistryError:
+        return None
+    return _created((found or {}).get("released"))
 
 
 def _parent(item: Item) -> tuple[str, str]:
@@ -301,18 +349,23 @@ def _parent(item: Item) -> tuple[str, str]:
 
 
 def _lease_of(reg: Registry, item: Item) -> lease_mod.Lease | None:
-    """The lease an item holds; None when it is gone; one that cannot be read counts as expired."""
+    """The lease an item holds; None when it is gone. One whose document is not a lease's counts as expired;
+    a registry that fails to answer stops gc (a lease it cannot read may protect a running build)."""
     found = reg.get_manifest(item.repo, item.digest)
     if found is None:
         return None
+    manifest = found[0]
+    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    if not isinstance(config.get("digest"), str) or not DIGEST.match(config["digest"]):
+        return lease_mod.Lease(tag="", digest=item.digest, started=0.0, keys={})
+    body = reg.get_blob(item.repo, config["digest"], limit=1 << 20)
     try:
-        manifest = found[0]
-        config = json_object(reg.get_blob(item.repo, manifest["config"]["digest"], limit=1 << 20), item.ref)
-        item.subject = str(config.get("run"))
+        data = json.loads(body)
+        item.subject = str(data.get("run"))
         return lease_mod.Lease(tag=item.tags[0] if item.tags else "", digest=item.digest,
-                               started=float(config.get("started") or 0),
-                               keys={str(k): str(v) for k, v in dict(config.get("keys") or {}).items()})
-    except (ImgbuildError, KeyError, TypeError, ValueError):
+                               started=float(data.get("started") or 0),
+                               keys={str(k): str(v) for k, v in dict(data.get("keys") or {}).items()})
+    except (AttributeError, TypeError, ValueError):
         return lease_mod.Lease(tag="", digest=item.digest, started=0.0, keys={})
 
 
@@ -356,6 +409,14 @@ def apply(reg: Registry, plan: GcPlan, say: Callable[[str], None], now: float | 
     done = []
     for kind in ORDER:
         batch = [i for i in candidates if i.kind == kind]
+        if kind in ("release", "layer", "pending"):   # the leases once more, just before: a run started meanwhile
+            leased = {k for lease in lease_mod.read(reg, plan.namespace)
+                      if time.time() - lease.started < plan.policy.grace_hours * 3600 for k in lease.keys}
+            held = [i for i in batch if {t[:KEY_LEN] for t in i.tags} & leased
+                    or i.labels.get("io.imgbuild.key", "")[:KEY_LEN] in leased]
+            if held:
+                say(f"gc: {len(held)} candidate(s) kept: a run leased them just now")
+                batch = [i for i in batch if i not in held]
         if kind == "layer":   # tops first: a gc stopped half way leaves no image above a deleted one
             depth = _depths(again)
             batch.sort(key=lambda i: -depth.get((i.repo, i.digest), 0))

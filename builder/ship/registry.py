@@ -548,7 +548,9 @@ class Registry:
                 raise RegistryError(f"the repository list of {self.host} is not a list")
             names = [n for n in names if isinstance(n, str) and REPO_NAME.fullmatch(n)]
             out += [n for n in names if n.startswith(prefix)]
-            if len(names) < 1000 or not names or names[-1] <= last:
+            # The next page is announced by a Link header (rel="next"); a registry may serve fewer than n.
+            more = 'rel="next"' in (resp.headers.get("link") or "")
+            if not names or not (more or len(names) >= 1000) or names[-1] <= last:
                 return sorted(set(out))
             last = names[-1]
 
