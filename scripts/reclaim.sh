@@ -27,7 +27,7 @@ REPOS="$REGISTRY_DIR/data/docker/registry/v2/repositories"
 DOCKER=/usr/bin/docker
 KEEP_CACHE="${IMGBUILD_KEEP_BUILD_CACHE:-12GB}"
 MIN_FREE_GB="${IMGBUILD_MIN_FREE_GB:-25}"
-TEST_NS='(imgbuild-test|imgbuild-difftest|bench|bench-fleet-[a-z0-9]+|plain-bench)-[0-9a-f]{6,8}(-gitlab)?'
+TEST_NS='(imgbuild-test|imgbuild-difftest|bench|bench-fleet-[a-z0-9]+|plain-bench)-[0-9a-f]{6,8}(-gitlab|-gc|-gcl)?'
 log() { echo "[reclaim] $*"; }
 free_gb() { df -P -BG "$1" | awk 'NR == 2 { sub("G", "", $4); print $4 }'; }
 

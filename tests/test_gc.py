@@ -126,7 +126,8 @@ def test_a_lease_keeps_its_keys_and_the_chain_beneath_until_it_expires(three):
     assert three.failed_env[:2] not in names(plan.candidates)
     lease = next(i for i in plan.items if i.kind == "lease")
     assert lease.keep.startswith("a lease of a run started")
-    later = gc.plan_gc(three.reg, NS, Retention(keep_releases=3, keep_days=0, grace_hours=1), now=NOW + 7200)
+    # Two hours after the lease was taken (now, not when this module was read: a whole suite takes longer).
+    later = gc.plan_gc(three.reg, NS, Retention(keep_releases=3, keep_days=0, grace_hours=1), now=time.time() + 7200)
     assert three.failed_env[:2] in names(later.candidates)
     assert any(i.kind == "lease" for i in later.candidates)
 
