@@ -77,7 +77,6 @@ class Item:
     released: float | None = None   # a release: when it was last released (its stack card), else built
     labels: dict = field(default_factory=dict)
     subject: str | None = None   # beside: the image digest; record: the tag it records; lease: the run
-    keys: dict = field(default_factory=dict)      # lease: short key -> layer
     keep: str = ""          # why it is kept; "" for a candidate
 
     @property
