@@ -630,10 +630,13 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
                                                        "job's output instead of running the check."),
                squashfs: Optional[Path] = typer.Option(None, "--squashfs", help="Run the check inside an exported "
                                                        "squashfs (imgbuild export), started as Enroot starts it."),
+               framework: Optional[str] = typer.Option(None, "--framework", help="torch or jax: which worker "
+                                                       "the image takes (default: the stack's, or asked of the image)."),
                file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
                docker: Optional[str] = typer.Option(None, "--docker")) -> None:
     """Run the consistency check with an image on this node: matmul against a reference, collectives and
-    all-reduce bus bandwidth, DeepSpeed ZeRO-2 steps, Megatron-Core TP/PP, the environment of every rank.
+    all-reduce bus bandwidth, DeepSpeed ZeRO-2 steps, Megatron-Core TP/PP, the environment of every rank;
+    for a JAX image, jax.distributed processes (or host devices) with matmul and collectives by value.
     Exit 8 when a check fails, naming the ranks that disagreed."""
     import shutil as _shutil
     from builder.ship.engine import Engine
@@ -643,6 +646,8 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
     env: dict = {}
     if target is None and squashfs is None and from_log is None:
         raise SpecError("name the image to check: stack=NAME, an image reference, --squashfs FILE or --from-log FILE")
+    if framework is not None and framework not in nodecheck.FRAMEWORKS:
+        raise SpecError(f"--framework {framework!r}: expected one of {', '.join(nodecheck.FRAMEWORKS)}")
     if target is None:
         image = str(squashfs or from_log)
     elif target.startswith("stack="):
@@ -650,6 +655,7 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
         name = select(spec, [target], False)[0]
         image = nodecheck.released_image(spec, name) if from_log is None and squashfs is None else target
         env = nodecheck.runtime_env(spec.stack(name))
+        framework = framework or nodecheck.framework_of(spec.stack(name))
     else:
         image = target
     if emit_k8s is not None:
@@ -657,8 +663,8 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
         settings = spec.site.k8s if target is not None and target.startswith("stack=") else \
             (load_spec(file).site.k8s if file.exists() else k8s.K8sSettings())
         objects = k8s.manifests(image, nodes, gpus_per_node or procs, gpus_per_node, env=env, settings=settings,
-                                worker_args=["--only", only] if only else None,
-                                worker=nodecheck.WORKER.read_text())   # refused before anything is written
+                                worker_args=["--only", only] if only else None, framework=framework or "torch",
+                                worker=nodecheck.worker_file(framework or "torch").read_text())   # refused first
         emit_k8s.write_text(k8s.text(objects, objects[-1]["metadata"]["name"], nodes))
         echo(f"ok: {emit_k8s}: a Job of {nodes} pod(s) x {gpus_per_node or procs} rank(s); run with: kubectl apply "
              f"-f {emit_k8s}")
@@ -667,8 +673,9 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
     if emit_sbatch is not None:
         worker = emit_sbatch.resolve().with_name("imgbuild-node-check-worker.py")
         text = sbatch.script(image, str(worker), nodes, gpus_per_node or procs, gpus_per_node, env=env,
-                             worker_args=["--only", only] if only else None)   # refused before anything is written
-        _shutil.copyfile(nodecheck.WORKER, worker)
+                             worker_args=["--only", only] if only else None,
+                             framework=framework or "torch")   # refused before anything is written
+        _shutil.copyfile(nodecheck.worker_file(framework or "torch"), worker)
         emit_sbatch.write_text(text)
         emit_sbatch.chmod(0o755)
         echo(f"ok: {emit_sbatch} (and {worker}): {nodes} node(s) x {gpus_per_node or procs} task(s); "
@@ -679,10 +686,11 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
         text = from_log.read_text(errors="replace")
         report = nodecheck.parse(image, text, text, 0)
     elif squashfs is not None:
-        report = nodecheck.run_squashfs(squashfs, procs=procs, options={"only": only} if only else None)
+        report = nodecheck.run_squashfs(squashfs, procs=procs, options={"only": only} if only else None,
+                                        framework=framework)
     else:
         report = nodecheck.run(Engine.detect(docker), image, procs=procs, gpus=gpus,
-                               options={"only": only} if only else None)
+                               options={"only": only} if only else None, framework=framework)
     failed = [r for r in report.results if r["status"] == "failed"]
     if json_out:
         data = report.to_json()

@@ -63,7 +63,7 @@ KEY_DOCS = {
     "bases.NAME": {
         "image": "The image reference; `{registry}` stands for site.registry.",
         "digest": "sha256:... pinning it (else `imgbuild lock` records one, else the registry is asked).",
-        "family": "ngc-pytorch or debian: which kinds may sit on it first.",
+        "family": "ngc-pytorch, ngc-jax, cuda or debian: which kinds may sit on it first.",
         "provides": "Declared facts (python, torch, cuda, cudnn, nccl, os, ...) where nothing measured them.",
         "source": "Where the declared facts come from (free text, shown beside findings).",
         "description": "Free text.",
@@ -109,7 +109,7 @@ def _default(value) -> str:
 def kind_data(kind) -> dict:
     return {
         "name": kind.name, "role": kind.role, "description": " ".join(kind.description.split()),
-        "base_family": kind.base_family, "needs": list(kind.needs), "provides": list(kind.provides),
+        "base_family": " or ".join(kind.base_family), "needs": list(kind.needs), "provides": list(kind.provides),
         "compiles_cuda": kind.compiles_cuda + (f" (when {kind.compiles_cuda_param} is set)" if kind.compiles_cuda_param else ""),
         "versions": {f: list(d) for f, d in kind.versions},
         "params": [{"name": p.name, "type": p.type, "required": p.required,

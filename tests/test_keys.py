@@ -435,7 +435,7 @@ KEYS_GOLDEN = Path(__file__).resolve().parent / "golden" / "keys.json"
 
 def shipped_files() -> list[Path]:
     root = Path(STACKS).parent
-    return [Path(STACKS), root / "examples" / "cuda-pypi" / "stacks.yaml",
+    return [Path(STACKS), root / "examples" / "cuda-pypi" / "stacks.yaml", root / "examples" / "jax" / "stacks.yaml",
             *sorted((root / "examples" / "real").glob("*/stacks.yaml"))]
 
 

@@ -34,8 +34,10 @@ def renderings(file, prefix: str = "") -> dict:
 
 RENDERED = renderings(STACKS)
 # examples/real under real/RECIPE/: twelve public recipes that use every kind, issue 11's included.
+# examples/jax under jax/: a JAX CPU stack, NGC's JAX and a CUDA image with the JAX plugin (issue 24).
 GOLDENS = {**RENDERED, **{k: v for f in sorted((STACKS.parent / "examples" / "real").glob("*/stacks.yaml"))
-                          for k, v in renderings(f, f"real/{f.parent.name}/").items()}}
+                          for k, v in renderings(f, f"real/{f.parent.name}/").items()},
+           **renderings(STACKS.parent / "examples" / "jax" / "stacks.yaml", "jax/")}
 
 
 @pytest.mark.parametrize("rel", sorted(GOLDENS))

@@ -17,11 +17,18 @@ from builder.load.params import TYPES, ParamError, ParamSpec
 from builder.load.yamlsrc import Doc, dotted, load_file
 
 ROLES = ("base", "layer", "project", "runtime")
+# ngc-pytorch / ngc-jax: NVIDIA's framework images (nvcr.io/nvidia/pytorch, nvcr.io/nvidia/jax); cuda: NVIDIA's
+# CUDA images (nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04: the toolkit's runtime, no Python); debian: a
+# plain OS image.
+FAMILIES = ("ngc-pytorch", "ngc-jax", "cuda", "debian")
+NGC_FAMILIES = ("ngc-pytorch", "ngc-jax")
 CUDA_MODES = ("never", "always", "if-cuda")   # if-cuda: when a CUDA toolkit is beneath the layer
 # The in-image check types that builder.ship.checks knows how to run. Kept here so a typo in a
 # kind.yaml fails at load time, not after an hour of building.
 CHECK_TYPES = ("import", "dist-version", "pip-check", "ds-report", "env", "python", "command",
-               "source-commit", "torch-unchanged", "requirements", "arch-coverage")
+               "source-commit", "torch-unchanged", "requirements", "arch-coverage", "jax")
+# The tests of check type `jax` (builder/ship/checks/jaxcheck.py holds their code).
+JAX_TESTS = ("versions", "host-devices", "pmap-allreduce", "jit-matmul", "cuda-plugin", "gpu-allreduce")
 # Check argument values taken from the stack rather than the layer: "stack:arch_list" is the stack's
 # TORCH_CUDA_ARCH_LIST where the layer compiles CUDA code for it, else null.
 STACK_VALUES = ("arch_list",)
@@ -30,7 +37,7 @@ KIND_KEYS = {"description", "role", "base_family", "needs", "provides", "compile
 # Facts of the stack that a kind may declare from one of its version parameters (a toolkit layer says
 # which CUDA and nvcc it installs, a torch layer which CUDA its wheel was built with). Preflight reads them
 # as it reads a base's `provides`; the kind's checks verify them inside the built image.
-LAYER_FACTS = ("cuda", "nvcc", "torch_cuda", "cudnn", "nccl")
+LAYER_FACTS = ("cuda", "nvcc", "torch_cuda", "jax_cuda", "cudnn", "nccl")
 VERSION_FIELD = re.compile(r"^[a-z][a-z0-9_]*\Z")      # a {field} of tag templates and a fact name
 KIND_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # a folder under layers/; \Z: no trailing newline
 DIST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
@@ -55,7 +62,7 @@ class Kind:
     folder: Path
     description: str
     role: str
-    base_family: str | None
+    base_family: tuple    # the base families a role-base kind adopts (empty for other roles)
     needs: tuple
     provides: tuple
     compiles_cuda: str
@@ -230,9 +237,15 @@ def load_kind(folder: Path) -> Kind:
     files = ()
     with refused.guard():
         files = _hash_files(folder / "files")
+    family = data.get("base_family", [])
+    with refused.guard():
+        family = (family,) if isinstance(family, str) else tuple(_strings(doc, ("base_family",), family))
+        wrong = [f for f in family if f not in FAMILIES]
+        if wrong:
+            raise doc.error(("base_family",), f"{wrong[0]!r} is not a base family", hint="allowed: " + ", ".join(FAMILIES))
     refused.raise_all()
     return Kind(name=folder.name, folder=folder, description=str(data["description"]), role=role,
-                base_family=data.get("base_family"), needs=needs, provides=provides, compiles_cuda=cuda,
+                base_family=family, needs=needs, provides=provides, compiles_cuda=cuda,
                 compiles_cuda_param=cparam, params=params, checks=tuple(checks),
                 files=files, versions=tuple(versions), facts=tuple(facts))
 
@@ -265,6 +278,9 @@ def _check(doc: Doc, folder: Path, path: tuple, cdef: Any, params: dict, unread:
     if not isinstance(cdef.get("id"), str):
         raise doc.error(path + ("id",), "every check needs an id")
     args = _require(doc, path + ("args",), cdef.get("args", {}), dict, "a mapping")
+    if cdef["check"] == "jax" and args.get("test") not in JAX_TESTS:
+        raise doc.error(path + ("args", "test"), f"{args.get('test')!r} is not a JAX test",
+                        hint="allowed: " + ", ".join(JAX_TESTS))
     for key, value in args.items():
         if isinstance(value, str) and value.startswith("stack:") and value[6:] not in STACK_VALUES:
             raise doc.error(path + ("args", key), f"{value!r} names no value of the stack",

@@ -20,7 +20,7 @@ from builder.rules import catalog
 from builder.load import ciconf, k8sconf, platforms, retention, versions
 from builder.load.ciconf import CiSettings
 from builder.errors import SpecError, SpecErrors
-from builder.load.kinds import Kind, load_kinds
+from builder.load.kinds import FAMILIES, NGC_FAMILIES, Kind, load_kinds
 from builder.load.intent import Intents, lock_path, read_pins, reading
 from builder.load.params import VERSION_RANGE, ParamError, WheelPins, files_root, not_exact, text, type_name, version
 from builder.load.yamlsrc import Doc, load_file
@@ -39,7 +39,6 @@ DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 REGISTRY = re.compile(rf"^{_DOMAIN}(?::[0-9]{{1,5}})?\Z")
 EPOCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 DRIVER = re.compile(r"^[0-9]{3}(?:\.[0-9]{1,3}){0,2}\Z")  # an NVIDIA Linux driver: 580, 580.65, 580.65.06
-FAMILIES = ("ngc-pytorch", "debian")
 DEFAULT_TAGS = ("{stack}", "{stack}-{date}")
 SECTIONS = {"layers": ("base", "layer"), "projects": ("project",), "runtimes": ("runtime",)}
 TOP_KEYS = {"version", "site", "bases", "layers", "projects", "runtimes", "stacks"}
@@ -753,8 +752,8 @@ class _Loader:
         if first.kind.role != "base":
             raise self.err(path + ("layers", 0), f"the first layer must adopt the base image (a layer of a "
                            f"kind with role 'base'); {first.name!r} is of kind {first.kind.name!r}")
-        if first.kind.base_family != stack.base.family:
-            raise self.err(path + ("layers", 0), f"layer {first.name!r} adopts {first.kind.base_family!r} bases "
+        if stack.base.family not in first.kind.base_family:
+            raise self.err(path + ("layers", 0), f"layer {first.name!r} adopts {' or '.join(first.kind.base_family)} bases "
                            f"but base {stack.base.name!r} is a {stack.base.family!r} image")
         provided = {k for k, _ in stack.base.provides} | ({"cuda"} if stack.base.has_cuda else set())
         seen = set()
@@ -784,14 +783,14 @@ def base_cuda(base: Base, site: Site, lock: Any) -> tuple | None:
         return (_as_version(value), "measured")
     if base.fact("cuda") is not None:
         return (base.fact("cuda"), "declared")
-    rel = catalog.ngc_release(base.image) if base.family == "ngc-pytorch" else None
+    rel = catalog.base_record(base.family, base.image)
     known = rel.fact("cuda") if rel is not None else None
     if known is not None:
         return (_as_version(known.value), "catalog")
-    # Every NGC PyTorch image carries a CUDA toolkit: a month the catalog lacks has CUDA of an unknown
-    # version, never none (taken for none, DeepSpeed was rendered without TORCH_CUDA_ARCH_LIST and
-    # imgbuild refused its own Dockerfile, IB104).
-    return (UNKNOWN_CUDA, "family") if base.family == "ngc-pytorch" else None
+    # Every NGC framework image and every CUDA image carries a CUDA toolkit: one the catalog lacks has CUDA
+    # of an unknown version, never none (taken for none, DeepSpeed was rendered without
+    # TORCH_CUDA_ARCH_LIST and imgbuild refused its own Dockerfile, IB104).
+    return (UNKNOWN_CUDA, "family") if base.family in NGC_FAMILIES + ("cuda",) else None
 
 
 def _as_version(value: Any) -> Any:

@@ -1,9 +1,11 @@
 """`imgbuild node-check`: the compute centre's consistency check, run with a released image on a node.
 
-torchrun starts N ranks inside the image (NCCL with one process per GPU where the engine has GPUs, gloo
-on CPU otherwise); each runs builder/nodecheck/worker.py, mounted read-only, with the image's own Python.
+A PyTorch image: torchrun starts N ranks inside the image (NCCL with one process per GPU where the engine
+has GPUs, gloo on CPU otherwise); each runs builder/nodecheck/worker.py, mounted read-only, with the
+image's own Python. A JAX image: builder/nodecheck/jax_worker.py starts N processes joined by
+jax.distributed (or, where that JAX has no CPU collectives, one process with N host devices, and says so).
 Rank 0's one tagged line of JSON is the report: per check, pass/fail, numbers, and the ranks that
-disagreed. The same worker is what a Slurm job runs on many nodes (sbatch.py writes that job).
+disagreed. The same workers are what a Slurm job (sbatch.py) or a Kubernetes Job (k8s.py) runs on many nodes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from builder.errors import ImgbuildError
 from builder.load.spec import Spec
 
 WORKER = Path(__file__).resolve().with_name("worker.py")
+JAX_WORKER = Path(__file__).resolve().with_name("jax_worker.py")
+FRAMEWORKS = ("torch", "jax")
+# Which worker an image takes, asked of the image's own Python: jax where it has jax and no torch.
+DETECT = ("import importlib.util as u; print('jax' if u.find_spec('jax') and not u.find_spec('torch') else 'torch')")
 IN_IMAGE = "/opt/imgbuild/node_check.py"
 RESULT_TAG = "@@IMGBUILD_NODE_CHECK "
 
@@ -79,6 +85,31 @@ def runtime_env(stack) -> dict:
     return out
 
 
+def framework_of(stack) -> str:
+    """The worker a stack's images take: jax where a layer of its chain provides jax, else torch."""
+    return "jax" if any("jax" in layer.kind.provides for layer in stack.chain) else "torch"
+
+
+def worker_file(framework: str) -> Path:
+    return JAX_WORKER if framework == "jax" else WORKER
+
+
+def detect(engine: Engine, image: str, platform: str | None = None) -> str:
+    res = engine.run_container(image, ["python", "-c", DETECT], timeout=120, platform=platform)
+    word = res.stdout.strip().splitlines()[-1] if res.returncode == 0 and res.stdout.strip() else ""
+    if word not in FRAMEWORKS:
+        raise NodeCheckFailed(f"could not tell whether {image} is a PyTorch or a JAX image (exit {res.returncode}): "
+                              f"{(res.stderr or res.stdout).strip()[-400:]}", hint="give --framework torch or jax")
+    return word
+
+
+def framework_in_rootfs(rootfs: Path) -> str:
+    """The worker an unpacked image takes, read off its Python folders: jax where it has jax and no torch."""
+    found = {name for name in FRAMEWORKS for where in ("usr/lib", "usr/local/lib", "opt/*/lib")
+             if any(rootfs.glob(f"{where}/python3*/*-packages/{name}/__init__.py"))}
+    return "jax" if found == {"jax"} else "torch"
+
+
 def _fault() -> dict:
     """The fault put in on purpose (worker.py's docstring), passed through from the caller's environment."""
     return {k: os.environ[k] for k in ("IMGBUILD_NODE_CHECK_PERTURB",) if os.environ.get(k)}
@@ -100,10 +131,12 @@ def torchrun_argv(procs: int, script: str, port: int = 29500) -> list[str]:
             "--master-port", str(port), "--nproc-per-node", str(procs), script]
 
 
-def worker_argv(procs: int, options: dict, port: int = 29500) -> list[str]:
-    argv = torchrun_argv(procs, IN_IMAGE, port)
+def worker_argv(procs: int, options: dict, port: int = 29500, framework: str = "torch") -> list[str]:
+    # JAX's worker starts its processes itself (process 0 the coordinator on `port`).
+    argv = (["python", IN_IMAGE, "--procs", str(procs), "--port", str(port)] if framework == "jax"
+            else torchrun_argv(procs, IN_IMAGE, port))
     for key, value in options.items():
-        argv += [f"--{key.replace('_', '-')}", str(value)]
+        argv += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])   # True: a flag
     return argv
 
 
@@ -124,34 +157,43 @@ def parse(image: str, stdout: str, stderr: str, returncode: int) -> NodeReport:
 
 
 def run(engine: Engine, image: str, procs: int = 2, gpus: bool | None = None, env: dict | None = None,
-        options: dict | None = None, timeout: float = 900) -> NodeReport:
+        options: dict | None = None, timeout: float = 900, framework: str | None = None) -> NodeReport:
     """Run the check in `image` with `procs` ranks. gpus: NCCL on the engine's GPUs (default: when it has
     any). env: variables every rank gets (a fault put in on purpose, a site's NCCL settings). A release of
-    several platforms (an index) runs its entry for the engine's own platform, the node's."""
+    several platforms (an index) runs its entry for the engine's own platform, the node's. framework:
+    torch or jax (default: asked of the image)."""
     gpus = engine.has_gpu() if gpus is None else gpus
     platform = engine.platform()
     if engine.inspect(image) is None:
         engine.pull(image, platform)
+    framework = framework or detect(engine, image, platform)
     # gloo on a container with only its loopback: name the interface, or it resolves the hostname
     base_env = {} if gpus else {"GLOO_SOCKET_IFNAME": "lo"}
-    res = engine.run_container(image, worker_argv(procs, options or {}), mounts=[(str(WORKER), IN_IMAGE)],
+    # Gloo under JAX binds to the address of the container's hostname, which resolves to nothing in a
+    # container without a network ("gloo/transport/tcp/device.cc:99 rv == 0. -3 vs 0"): name it localhost.
+    res = engine.run_container(image, worker_argv(procs, options or {}, framework=framework),
+                               mounts=[(str(worker_file(framework)), IN_IMAGE)],
+                               hostname="localhost" if framework == "jax" and not gpus else None,
                                gpus=gpus, env={**base_env, **_fault(), **(env or {})}, shm_size="1g", timeout=timeout,
                                platform=platform)
     return parse(image, res.stdout, res.stderr, res.returncode)
 
 
-def run_squashfs(sqsh: Path, procs: int = 2, options: dict | None = None, timeout: float = 900) -> NodeReport:
+def run_squashfs(sqsh: Path, procs: int = 2, options: dict | None = None, timeout: float = 900,
+                 framework: str | None = None) -> NodeReport:
     """The check inside an exported squashfs, started as Enroot would start it (builder.export.run_in_rootfs):
-    unpacked to a scratch folder beside it, the worker copied in, torchrun through the image's /etc/rc."""
+    unpacked to a scratch folder beside it, the worker copied in, torchrun (or JAX's worker) through the
+    image's /etc/rc."""
     import shutil
     import tempfile
     from builder.export import run_in_rootfs, unpack
     with tempfile.TemporaryDirectory(prefix="imgbuild-rootfs-", dir=sqsh.resolve().parent) as tmp:
         rootfs = unpack(sqsh, Path(tmp) / "rootfs")
+        framework = framework or framework_in_rootfs(rootfs)
         (rootfs / IN_IMAGE.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(WORKER, rootfs / IN_IMAGE.lstrip("/"))
+        shutil.copyfile(worker_file(framework), rootfs / IN_IMAGE.lstrip("/"))
         # No network namespace of its own (as under Enroot): a fixed port could be a job's on this node.
-        res = run_in_rootfs(rootfs, worker_argv(procs, options or {}, port=_free_port()),
+        res = run_in_rootfs(rootfs, worker_argv(procs, options or {}, port=_free_port(), framework=framework),
                             env={"GLOO_SOCKET_IFNAME": "lo", **_fault()}, timeout=timeout)
     return parse(str(sqsh), res.stdout, res.stderr, res.returncode)
 
@@ -172,4 +214,5 @@ def table(report: NodeReport) -> str:
     return "\n".join(rows)
 
 
-__all__ = ["NodeCheckFailed", "NodeReport", "released_image", "run", "runtime_env", "table", "WORKER", "IN_IMAGE"]
+__all__ = ["NodeCheckFailed", "NodeReport", "released_image", "run", "runtime_env", "table", "framework_of",
+           "worker_file", "WORKER", "JAX_WORKER", "IN_IMAGE"]

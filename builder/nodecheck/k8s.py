@@ -44,7 +44,7 @@ def _refuse(what: str, value, why: str) -> NodeCheckFailed:
 
 def manifests(image: str, nodes: int, procs_per_node: int, gpus_per_node: int = 0, env: dict | None = None,
               settings: K8sSettings = K8sSettings(), name: str = "imgbuild-node-check",
-              worker_args: list | None = None, worker: str = "") -> list[dict]:
+              worker_args: list | None = None, worker: str = "", framework: str = "torch") -> list[dict]:
     """The ConfigMap (the worker), the headless Service and the Indexed Job, as Kubernetes objects."""
     if not DNS_1035.match(name) or len(name) > 50:   # a Service's name; pod hostnames are NAME-INDEX: 63 at most
         raise _refuse("the name", name, "not a DNS-1035 label (a letter first) of 50 characters at most")
@@ -75,9 +75,12 @@ def manifests(image: str, nodes: int, procs_per_node: int, gpus_per_node: int = 
                         "ports": [{"name": "rendezvous", "port": PORT, "targetPort": PORT}]}}
     # torchrun on each pod: pod 0 is the rendezvous (NAME-0.NAME through the headless Service). The node's
     # rank comes from the Indexed Job's completion index; the shell only expands that one variable.
-    run = ["python", "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", str(procs_per_node),
-           "--node-rank", "$(JOB_COMPLETION_INDEX)", "--master-addr", f"{name}-0.{name}", "--master-port", str(PORT),
-           IN_IMAGE, *[str(a) for a in worker_args or []]]
+    # A JAX image: one jax.distributed process per pod, which drives all of the pod's GPUs.
+    run = (["python", IN_IMAGE, "--processes", str(nodes), "--process-id", "$(JOB_COMPLETION_INDEX)",
+            "--coordinator", f"{name}-0.{name}:{PORT}", *[str(a) for a in worker_args or []]] if framework == "jax" else
+           ["python", "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", str(procs_per_node),
+            "--node-rank", "$(JOB_COMPLETION_INDEX)", "--master-addr", f"{name}-0.{name}", "--master-port", str(PORT),
+            IN_IMAGE, *[str(a) for a in worker_args or []]])
     limits = {**({"nvidia.com/gpu": gpus_per_node} if gpus_per_node else {}), **dict(settings.rdma_resources)}
     container = {
         "name": "check", "image": image, "imagePullPolicy": "IfNotPresent", "command": run,

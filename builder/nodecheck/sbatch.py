@@ -23,9 +23,10 @@ PASSED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GLO
 
 def script(image: str, worker: str, nodes: int, tasks_per_node: int, gpus_per_node: int = 0,
            env: dict | None = None, time_limit: str = "00:30:00", partition: str | None = None,
-           worker_args: list | None = None) -> str:
+           worker_args: list | None = None, framework: str = "torch") -> str:
     """The batch script's text. env: the stack's runtime variables (its NCCL and IB settings), exported
-    for every task, so the check sees what a training job on those nodes would."""
+    for every task, so the check sees what a training job on those nodes would. framework: torch (each task
+    a torch.distributed rank) or jax (each task a jax.distributed process, its GPU the task's local id)."""
     # The script splices these into commands a shell reads again (srun bash -c "..."): only the
     # characters of image references and plain paths get there.
     for what, value in (("image reference", image), ("worker path", worker)):
@@ -39,6 +40,9 @@ def script(image: str, worker: str, nodes: int, tasks_per_node: int, gpus_per_no
     names = list(dict.fromkeys([*PASSED, *env]))
     q = shlex.quote
     args = " ".join(q(a) for a in (worker_args or []))
+    if framework == "jax":
+        # $JAXARGS is text with $SLURM_* in it: each task's bash -c expands those, so the ids are the task's.
+        args = "$JAXARGS" + (f" {args}" if args else "")
     lines = [
         "#!/bin/bash",
         "#SBATCH --job-name=imgbuild-node-check",
@@ -57,8 +61,12 @@ def script(image: str, worker: str, nodes: int, tasks_per_node: int, gpus_per_no
         'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
         'export MASTER_PORT="${MASTER_PORT:-29500}"',
         *[f"export {k}={q(str(v))}" for k, v in sorted(env.items())],
-        "# Each task is one rank: torch.distributed reads its rank from the task's Slurm ids.",
-        "RANKS='export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID'",
+        *(["# Each task is one jax.distributed process: its id and count are the task's Slurm ids.",
+            "RANKS=true",
+            "JAXARGS='--processes $SLURM_NTASKS --process-id $SLURM_PROCID --coordinator $MASTER_ADDR:$MASTER_PORT"
+            + (" --local-device $SLURM_LOCALID" if gpus_per_node else "") + "'"] if framework == "jax" else
+          ["# Each task is one rank: torch.distributed reads its rank from the task's Slurm ids.",
+           "RANKS='export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID'"]),
         "if srun --help 2>&1 | grep -q -- --container-image; then",
         "    # pyxis: Enroot starts the image on every node, the worker mounted read-only",
         f'    srun --container-image="$IMAGE" --container-mounts="$WORKER:{IN_IMAGE}:ro" \\',

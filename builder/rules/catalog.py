@@ -18,8 +18,12 @@ from packaging.version import Version
 from builder.load.yamlsrc import load_file
 
 CATALOG_FILE = Path(__file__).parent / "data" / "catalog.yaml"
-# An NGC PyTorch image, wherever it is mirrored: .../pytorch:25.09-py3
-NGC_TAG = re.compile(r"(?:^|/)pytorch:(\d\d\.\d\d)-py3\Z")
+# An NGC framework image, wherever it is mirrored: .../pytorch:25.09-py3, .../jax:25.10-py3
+NGC_TAG = re.compile(r"(?:^|/)(pytorch|jax):(\d\d\.\d\d)-py3\Z")
+NGC_FRAMEWORK = {"ngc-pytorch": "pytorch", "ngc-jax": "jax"}
+FRAMEWORK_NAME = {"pytorch": "PyTorch", "jax": "JAX"}
+# NVIDIA's CUDA images name their toolkit in the tag: .../cuda:12.8.1-cudnn-runtime-ubuntu24.04
+CUDA_TAG = re.compile(r"(?:^|/)cuda:(\d+\.\d+\.\d+)-(?:cudnn\d*-)?(?:base|runtime|devel)-[a-z]+\d")
 
 
 @dataclass(frozen=True)
@@ -59,11 +63,28 @@ class NgcRelease:
     min_cc: str | None
     source: str
     unverified: frozenset
+    framework: str = "pytorch"   # pytorch | jax: nvcr.io/nvidia/<framework>:<release>-py3
+
+    @property
+    def label(self) -> str:
+        return f"NGC {FRAMEWORK_NAME[self.framework]} {self.release}"
 
     def fact(self, name: str) -> Known | None:
         value = dict(self.facts).get(name)
-        return None if value is None else Known(value, f"NGC PyTorch {self.release}: {self.source}",
-                                                name not in self.unverified)
+        return None if value is None else Known(value, f"{self.label}: {self.source}", name not in self.unverified)
+
+
+@dataclass(frozen=True)
+class CudaImage:
+    """What the tag of one of NVIDIA's CUDA images says: its toolkit release."""
+
+    cuda: str
+
+    def fact(self, name: str) -> Known | None:
+        if name != "cuda":
+            return None
+        return Known(self.cuda, "the image's tag (NVIDIA's CUDA images are tagged by their toolkit release: "
+                                "cuda:12.8.1-cudnn-runtime-ubuntu24.04)", True)
 
 
 @dataclass(frozen=True)
@@ -146,22 +167,34 @@ def ngc_arm64(release: str) -> Known | None:
 
 
 @cache
-def ngc_releases() -> dict[str, NgcRelease]:
+def ngc_releases(framework: str = "pytorch") -> dict[str, NgcRelease]:
     out = {}
-    for release, rec in _data()["ngc_pytorch"]["releases"].items():
+    for release, rec in _data()[f"ngc_{framework}"]["releases"].items():
         facts = {k: str(v) for k, v in rec.items()
                  if k not in ("min_driver", "fwd_compat", "min_cc", "source", "unverified")}
         out[release] = NgcRelease(release=release, facts=tuple(sorted(facts.items())),
                                   min_driver=rec.get("min_driver"), fwd_compat=tuple(rec.get("fwd_compat", ())),
                                   min_cc=rec.get("min_cc"), source=rec["source"],
-                                  unverified=frozenset(rec.get("unverified", ())))
+                                  unverified=frozenset(rec.get("unverified", ())), framework=framework)
     return out
 
 
 def ngc_release(image: str) -> NgcRelease | None:
-    """The catalog's record for an NGC PyTorch image reference, or None (not NGC, or a month it lacks)."""
+    """The catalog's record for an NGC PyTorch or JAX image reference, or None (not NGC, or a month it lacks)."""
     m = NGC_TAG.search(image)
-    return ngc_releases().get(m.group(1)) if m else None
+    return ngc_releases(m.group(1)).get(m.group(2)) if m else None
+
+
+def base_record(family: str, image: str) -> NgcRelease | CudaImage | None:
+    """What the catalog knows of a base image of a family: an NGC month's record (of that family's
+    framework), or a CUDA image's toolkit from its tag; None where it knows nothing."""
+    if family in NGC_FRAMEWORK:
+        rel = ngc_release(image)
+        return rel if rel is not None and rel.framework == NGC_FRAMEWORK[family] else None
+    if family == "cuda":
+        m = CUDA_TAG.search(image)
+        return CudaImage(m.group(1)) if m else None
+    return None
 
 
 def ngc_apex(release: str) -> Known | None:
@@ -309,3 +342,76 @@ def torch_nccl(torch: Version) -> Known | None:
         if pin["torch"] == minor:
             return Known(pin["nccl"], rec["source"], bool(pin["verified"]))
     return None
+
+
+# -- JAX ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class JaxPlugin:
+    """What JAX's CUDA plugin of one major requires, for a range of JAX releases."""
+
+    versions: SpecifierSet
+    cuda: int                   # the CUDA major it is built for
+    cudnn: Version              # the oldest cuDNN it accepts
+    cudnn_below: Version | None  # cuDNN it does not accept from (8.9-era jaxlibs: < 9.0)
+    cuda_runtime: Version
+    nccl: Version
+    source: str
+    verified: bool
+
+
+@cache
+def jax_plugins() -> tuple[JaxPlugin, ...]:
+    rec = _data()["jax"]["plugins"]
+    return tuple(JaxPlugin(versions=spec_set(r["versions"]), cuda=int(r["cuda"]), cudnn=Version(r["cudnn"]),
+                           cudnn_below=Version(r["cudnn_below"]) if r.get("cudnn_below") else None,
+                           cuda_runtime=Version(r["cuda_runtime"]), nccl=Version(r["nccl"]),
+                           source=rec["source"], verified=bool(rec["verified"]))
+                 for r in rec["ranges"])
+
+
+def jax_plugin(jax: Version, major: int) -> JaxPlugin | None:
+    """The plugin of CUDA `major` for this JAX release, or None where PyPI has none."""
+    return next((p for p in jax_plugins() if p.cuda == major and jax in p.versions), None)
+
+
+def jax_plugin_majors(jax: Version) -> list[int]:
+    return sorted({p.cuda for p in jax_plugins() if jax in p.versions})
+
+
+def jax_plugins_source() -> Known:
+    rec = _data()["jax"]["plugins"]
+    return Known(None, rec["source"], bool(rec["verified"]))
+
+
+def jax_extra_removed(extra: str) -> Known | None:
+    """The JAX release that removed a pip extra (cuda12-pip: 0.6.0), with its source; None if none did."""
+    rec = _data()["jax"]["extras"]
+    since = rec["removed"].get(extra.lower().replace("_", "-"))
+    return None if since is None else Known(since, rec["source"], bool(rec["verified"]))
+
+
+def jax_extras_source() -> Known:
+    rec = _data()["jax"]["extras"]
+    return Known(rec["cuda_default"], rec["source"], bool(rec["verified"]))
+
+
+def jax_driver(jax: Version | None, major: int) -> Known | None:
+    """The driver JAX's installation guide asks for with the CUDA `major` plugin of this release."""
+    rec = _data()["jax"]["driver"]
+    for row in rec["rows"]:
+        if int(row["cuda"]) == major and (jax is None or jax in spec_set(row["versions"])):
+            return Known(row["driver"], rec["source"], bool(rec["verified"]))
+    return None
+
+
+def jax_min_cc(major: int) -> Known | None:
+    rec = _data()["jax"]["min_cc"]
+    cc = rec["by_cuda"].get(str(major))
+    return None if cc is None else Known(cc, rec["source"], bool(rec["verified"]))
+
+
+def jax_cpu_collectives() -> Known:
+    """(the release that added CPU collectives between processes, the one that turned gloo on by default)."""
+    rec = _data()["jax"]["cpu_collectives"]
+    return Known((rec["option_since"], rec["default_since"]), rec["source"], bool(rec["verified"]))

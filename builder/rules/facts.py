@@ -32,6 +32,11 @@ def base_fact_names(spec: Spec) -> tuple:
     return tuple(versions.fields(spec.kinds.values())) + PROBED
 CU_LOCAL = re.compile(r"^cu(\d+)(\d)$")        # torch 2.7.1+cu126 -> CUDA 12.6
 CP_TAG = re.compile(r"-cp(\d)(\d+)-")            # torch-...-cp311-... -> Python 3.11
+# JAX's CUDA builds as pip names them: the extras of jax (cuda12, cuda12-local, cuda12_pip, cuda13, and plain
+# `cuda`, which is the CUDA 12 plugin), the plugin and its PJRT package, and the monolithic jaxlibs of 0.4.x.
+JAX_EXTRA = re.compile(r"^cuda(\d{2})?(?:[-_](pip|local|cudnn\d+))?\Z")
+JAX_PLUGIN = re.compile(r"^jax-cuda(\d{2})-(plugin|pjrt)\Z")
+JAXLIB_CUDA = re.compile(r"^cuda(\d{2})\.cudnn\d+\Z")
 NGC_TORCH_CUDA = ("NGC builds torch with the container's nvcc, so torch's CUDA is the container's "
                   "(compat_facts.md 4.2)")
 
@@ -77,6 +82,45 @@ def agree(a, b) -> bool:
     return pa.release[:n] == pb.release[:n]
 
 
+@dataclass(frozen=True)
+class JaxCuda:
+    """A requirement that installs a CUDA build of JAX: its CUDA major, and whether it uses the base's CUDA
+    (`-local`, a plugin without its with-cuda wheels) instead of bringing CUDA as pip wheels."""
+
+    major: int
+    local: bool
+    extra: str          # the extra as written ('' for a plugin or jaxlib by name)
+    text: str           # the requirement as stacks.yaml writes it
+    key: tuple
+    layer: Any
+
+
+def jax_cuda_of(text: str) -> tuple[int, bool, str] | None:
+    """(CUDA major, local, extra) of a requirement that installs JAX's CUDA build; None for anything else."""
+    try:
+        req = Requirement(text)
+    except Exception:
+        return None
+    name = canonicalize_name(req.name)
+    if name == "jax":
+        for extra in sorted(req.extras):
+            m = JAX_EXTRA.match(extra.lower())
+            if m:
+                major = int(m.group(1) or catalog.jax_extras_source().value)   # plain `cuda`: the CUDA 12 plugin
+                return major, m.group(2) == "local", extra
+        return None
+    m = JAX_PLUGIN.match(name)
+    if m:
+        wheels = {canonicalize_name(e) for e in req.extras} & {"with-cuda"}
+        return int(m.group(1)), m.group(2) == "plugin" and not wheels, ""
+    if name == "jaxlib":
+        local = next((sp.version.split("+", 1)[1] for sp in req.specifier if "+" in sp.version), "")
+        m = JAXLIB_CUDA.match(local)
+        if m:
+            return int(m.group(1)), False, ""
+    return None
+
+
 @dataclass
 class StackFacts:
     stack: Stack
@@ -88,6 +132,7 @@ class StackFacts:
     lock_note: str = ""                            # why measured facts were not used, when they were not
     layer_notes: list = field(default_factory=list)           # (LayerDef, why its measurement was not used)
     layer_disagreements: list = field(default_factory=list)   # (LayerDef, fact, declared Fact, measured Fact)
+    jax_cuda: list = field(default_factory=list)  # JaxCuda: every requirement that installs a CUDA build of JAX
 
     def get(self, name: str) -> Fact | None:
         return self.facts.get(name)
@@ -98,9 +143,7 @@ class StackFacts:
 
 
 def _catalog_facts(base: Base, names: tuple) -> dict[str, Fact]:
-    if base.family != "ngc-pytorch":
-        return {}
-    rel = catalog.ngc_release(base.image)
+    rel = catalog.base_record(base.family, base.image)
     if rel is None:
         return {}
     key = ("bases", base.name, "image")
@@ -109,7 +152,7 @@ def _catalog_facts(base: Base, names: tuple) -> dict[str, Fact]:
         known = rel.fact(name)
         if known is not None:
             out[name] = Fact(as_version(known.value), "catalog", known.source, known.verified, key)
-    apex = catalog.ngc_apex(rel.release)
+    apex = catalog.ngc_apex(rel.release) if base.family == "ngc-pytorch" else None
     if apex is not None:
         out["apex"] = Fact(apex.value, "catalog", apex.source, apex.verified, key)
     return out
@@ -151,6 +194,10 @@ def _derive(facts: dict[str, Fact], family: str) -> None:
             facts["torch_cuda"] = Fact(None, torch.origin, f"torch {torch.value} is a CPU build", torch.verified,
                                        torch.key)
     cuda = facts.get("cuda")
+    if cuda is not None and family == "ngc-jax":
+        facts.setdefault("nvcc", cuda)   # NGC's JAX images carry the toolkit whose release they name
+        facts.setdefault("jax_cuda", Fact(cuda.value, cuda.origin, f"{cuda.source}; NGC builds jaxlib with the "
+                                          "container's CUDA", cuda.verified, cuda.key))
     if cuda is not None and family == "ngc-pytorch":
         facts.setdefault("nvcc", cuda)
         facts.setdefault("torch_cuda", Fact(cuda.value, cuda.origin, f"{cuda.source}; {NGC_TORCH_CUDA}",
@@ -238,6 +285,12 @@ def _apply(sf: StackFacts, layer: LayerDef, locked: dict | None = None) -> None:
                 sf.facts["megatron"] = Fact(rel.version, "catalog", rel.source, rel.verified, path + (pname, "commit"))
         elif layer.kind.params[pname].type == "requirements":
             for i, text in enumerate(value):
+                jc = jax_cuda_of(text)
+                if jc is not None:
+                    sf.jax_cuda.append(JaxCuda(*jc, text=text, key=path + (pname, i), layer=layer))
+                    if "jax_cuda" not in dict(layer.kind.facts) or params.get(dict(layer.kind.facts)["jax_cuda"]) is None:
+                        sf.facts["jax_cuda"] = Fact(Version(str(jc[0])), "declared", f"stacks.yaml {layer.section}."
+                                                    f"{layer.name}.params.{pname} pins {text}", None, path + (pname, i))
                 req = Requirement(text)
                 name = canonicalize_name(req.name)
                 exact = [sp for sp in req.specifier if sp.operator == "==" and not sp.version.endswith(".*")]

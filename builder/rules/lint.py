@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from builder.rules import catalog
 from builder.rules.dockerfile import PREDEFINED_ARGS, Dockerfile, Instruction, from_image, global_args, parse
-from builder.rules.facts import resolve
+from builder.rules.facts import jax_cuda_of, resolve
 from builder.rules.findings import Finding
 from builder.rules.shell import (assignments, checkout_ref, command_words, conda_install, expand, git_url_ref,
                                  pip_install_args, pip_requirements, words)
@@ -320,10 +320,14 @@ def cuda_flavours(ctx: Context) -> None:
         values = ctx.values(ins) if args else {}
         for a in args:
             value = expand(a, values)
+            at = offset + max(text.find(a), 0)
+            jax = jax_cuda_of(value)
+            if jax is not None:
+                _jax_flavour(ctx, ins, at, value, *jax)
+                continue
             flavour = _flavour(value)
             if not flavour:
                 continue
-            at = offset + max(text.find(a), 0)
             if ctx.base_cuda is None:
                 shown = f"{flavour[:2]}.{flavour[2]}" if len(flavour) == 3 else flavour
                 ctx.add("IB108", "unknown", ins, at, f"{value!r} is built for CUDA {shown}; the base's CUDA is not "
@@ -337,6 +341,24 @@ def cuda_flavours(ctx: Context) -> None:
                 ctx.add("IB108", "warning", ins, at, f"{value!r} is built for CUDA {flavour[:2]}.{flavour[2]}, the base "
                         f"has CUDA {ctx.base_cuda}: extensions built with the base's nvcc differ from torch's CUDA",
                         f"use the cu{ctx.base_cuda.major}{ctx.base_cuda.minor} wheel, or a base with torch's CUDA")
+
+
+def _jax_flavour(ctx: Context, ins: Instruction, at: int, value: str, major: int, local: bool, extra: str) -> None:
+    """JAX's CUDA builds by their extra or package name (jax[cuda12], jax[cuda13-local], jax[cuda] = CUDA 12,
+    jax-cuda12-plugin, jaxlib==X+cuda12.cudnn89): a build that brings its CUDA as pip wheels needs none from
+    the base; a -local one runs on the base's, which must be of its major."""
+    if ctx.base_cuda is None:
+        if local:
+            ctx.add("IB108", "unknown", ins, at, f"{value!r} uses the base's CUDA {major} (a -local install brings "
+                    "none); the base's CUDA is not known", "lint against a known base (FROM nvidia/cuda:X.Y.Z-... or "
+                    "nvcr.io/nvidia/jax:YY.MM-py3), or use jax[cudaNN], which brings CUDA as pip wheels")
+        return
+    if major != ctx.base_cuda.major:
+        ctx.add("IB108", "error", ins, at, f"{value!r} is JAX's CUDA {major} build"
+                + (" (plain [cuda] is the CUDA 12 plugin)" if extra.lower() == "cuda" else "")
+                + f"; the base has CUDA {ctx.base_cuda}",
+                f"use jax[cuda{ctx.base_cuda.major}{'-local' if local else ''}]" if extra or value.lower().startswith("jax[")
+                else f"use the CUDA {ctx.base_cuda.major} packages (jax-cuda{ctx.base_cuda.major}-plugin)")
 
 
 def _req_name(text: str) -> str | None:
@@ -560,7 +582,7 @@ def _base(instructions: list[Instruction]) -> tuple[Version | None, bool | None,
     ngc = catalog.ngc_release(image)
     if ngc is not None:
         cuda, torch = ngc.fact("cuda"), ngc.fact("torch")
-        return (Version(cuda.value) if cuda else None), True, (torch.value if torch else None)
+        return (Version(cuda.value) if cuda else None), ngc.framework == "pytorch", (torch.value if torch else None)
     if re.search(r"(?:^|/)nvidia/pytorch:", image):
         return None, True, None                             # every NGC PyTorch month ships torch
     m = re.search(r"(?:^|/)pytorch/pytorch:(\d+\.\d+\.\d+)-cuda(\d+\.\d+)", image)

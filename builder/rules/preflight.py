@@ -117,8 +117,8 @@ def driver_floor(ctx: Ctx) -> Iterator[Finding]:
     only, a forward-compatible branch NVIDIA lists for that NGC month."""
     cuda = ctx.facts.get("cuda")
     if cuda is None or cuda.value is None:
-        if ctx.stack.base.family == "ngc-pytorch":
-            yield ctx.unknown("IB001", ("bases", ctx.stack.base.name), "the CUDA of this NGC base is not known, "
+        if ctx.stack.base.family in ("ngc-pytorch", "ngc-jax", "cuda"):
+            yield ctx.unknown("IB001", ("bases", ctx.stack.base.name), "the CUDA of this base is not known, "
                               "so the driver floor cannot be checked against it")
         return
     floor = ctx.stack.driver_floor
@@ -143,7 +143,7 @@ def driver_floor(ctx: Ctx) -> Iterator[Finding]:
     branch = [b for b in (ngc.fwd_compat if ngc else ()) if driver_tuple(b)[0] == drv[0] and drv >= driver_tuple(b)]
     geforce = [g.name for g in ctx.stack.gpus if not g.datacenter]
     if branch and ctx.stack.gpus and not geforce:
-        fwd = Known(branch, f"forward-compatible branches of NGC PyTorch {ngc.release} (same notes); "
+        fwd = Known(branch, f"forward-compatible branches of {ngc.label} (same notes); "
                     f"{catalog.forward_compat_source()}", "fwd_compat" not in ngc.unverified)
         yield ctx.find("IB001", "warning", key, f"driver floor {floor} is below what the base needs ({need}); "
                        f"it runs only through CUDA forward compatibility (branch R{drv[0]} >= {branch[0]}, "
@@ -152,7 +152,7 @@ def driver_floor(ctx: Ctx) -> Iterator[Finding]:
         return
     why = f"; forward compatibility does not cover GeForce GPUs ({', '.join(geforce)})" if branch and geforce else ""
     if ngc is not None and ngc.min_driver:
-        why += f" (NVIDIA's notes for NGC {ngc.release} state {ngc.min_driver})"
+        why += f" (NVIDIA's notes for {ngc.label} state {ngc.min_driver})"
     lowest = mvc.value if mvc else row.value[1]
     yield ctx.find("IB001", "error", key, f"driver floor {floor} cannot run base {ctx.stack.base.name}: {need}{why}",
                    [cuda], row or mvc, source=mvc.source if row and mvc else "",
@@ -721,6 +721,135 @@ def nccl_skew(ctx: Ctx) -> Iterator[Finding]:
         if pin is not None and Version(pin.value) != pinned:
             yield ctx.find("IB075", "warning", key, f"torch {torch.value} wheels pin NCCL {pin.value}; "
                            f"{name}=={pinned} replaces it", [torch], pin, fix=f"pin {name}=={pin.value} or leave it to torch")
+
+
+# -- JAX -------------------------------------------------------------------------------------------
+
+def _jax_cuda(ctx: Ctx) -> tuple[Fact | None, int | None]:
+    jc = ctx.facts.get("jax_cuda")
+    if jc is None or not isinstance(jc.value, Version):
+        return None, None
+    return jc, jc.value.major
+
+
+@rule("IB085", "jaxlib's CUDA plugin against the base's CUDA and the JAX release")
+def jax_cuda_major(ctx: Ctx) -> Iterator[Finding]:
+    """jaxlib runs on one CUDA major through its plugin (jax-cuda12-plugin, jax-cuda13-plugin): the plugin's
+    major must be the base's, a JAX release must publish a plugin of that major, a `-local` install needs a
+    base with CUDA, and an extra the release does not have installs jax with no CUDA at all."""
+    jc, major = _jax_cuda(ctx)
+    if jc is None:
+        return
+    plugins = catalog.jax_plugins_source()
+    for j in ctx.facts.jax_cuda:
+        if j.major != major:
+            yield ctx.find("IB085", "error", j.key, f"{j.text} installs JAX's CUDA {j.major} build, but the stack "
+                           f"declares CUDA {major} for jaxlib", [jc], plugins,
+                           fix=f"write the extra and the layer's cuda for one CUDA major (jax[cuda{major}])")
+    cuda = ctx.facts.get("cuda")
+    base = ctx.stack.base
+    if cuda is not None and isinstance(cuda.value, Version) and cuda.value.major != major and base.family != "ngc-jax":
+        yield ctx.find("IB085", "error", jc.key, f"jaxlib's CUDA plugin is built for CUDA {major}, but base "
+                       f"{base.name} has CUDA {cuda.value}: the plugin's kernels and the base's libraries are of "
+                       "two CUDA majors", [jc, cuda], plugins,
+                       fix=f"use the cuda{cuda.value.major} plugin (jax[cuda{cuda.value.major}-local]) or a CUDA "
+                           f"{major} base")
+    local = [j for j in ctx.facts.jax_cuda if j.local]
+    if local and (cuda is None or cuda.value is None) and not base.has_cuda:
+        yield ctx.find("IB085", "error", local[0].key, f"{local[0].text} uses the CUDA of the base (a -local "
+                       f"install brings no CUDA wheels), and base {base.name} has none", [], plugins,
+                       fix=f"use jax[cuda{major}] (CUDA, cuDNN and NCCL as pip wheels), or a CUDA base")
+    jax = ctx.facts.version("jax")
+    if jax is None:
+        return
+    # The catalog reads the plugins from 0.4.26 (the first release without CUDA 11) on.
+    if release(jax) >= Version("0.4.26") and catalog.jax_plugin(release(jax), major) is None:
+        have = catalog.jax_plugin_majors(release(jax))
+        yield ctx.find("IB085", "error", jc.key, f"jax {jax} has no CUDA {major} plugin on PyPI"
+                       + (f" (it has CUDA {', '.join(map(str, have))})" if have else " (it has none)"),
+                       [jc, ctx.facts.get("jax")], plugins,
+                       fix=f"use a JAX release with a CUDA {major} plugin, or the CUDA "
+                           f"{have[-1] if have else major} build")
+    for j in ctx.facts.jax_cuda:
+        gone = catalog.jax_extra_removed(j.extra) if j.extra else None
+        if gone is not None and release(jax) >= Version(gone.value):
+            yield ctx.find("IB085", "error", j.key, f"jax {jax} has no extra [{j.extra}] (removed in {gone.value}): pip "
+                           "warns and installs jax without any CUDA plugin, a CPU-only image", [ctx.facts.get("jax")],
+                           gone, fix=f"write jax[cuda{j.major}]")
+
+
+@rule("IB086", "cuDNN, CUDA and NCCL below what jaxlib's CUDA plugin requires")
+def jax_cuda_floors(ctx: Ctx) -> Iterator[Finding]:
+    """The plugin's wheel requires a cuDNN, a CUDA runtime and an NCCL (its with-cuda extra pins them): with
+    `-local`, or a base that brings its own, those are the base's, and an older one fails at the first
+    convolution or collective, not at import."""
+    jc, major = _jax_cuda(ctx)
+    jax = ctx.facts.version("jax")
+    if jc is None or jax is None:
+        return
+    plugin = catalog.jax_plugin(release(jax), major)
+    if plugin is None:
+        return
+    known = Known(plugin.versions, plugin.source, plugin.verified)
+    cudnn = ctx.facts.get("cudnn")
+    if cudnn is not None and isinstance(cudnn.value, Version):
+        if release(cudnn.value) < plugin.cudnn:
+            yield ctx.find("IB086", "error", cudnn.key, f"jax {jax}'s CUDA {major} plugin needs cuDNN {plugin.cudnn} or "
+                           f"newer; the stack has {cudnn.value}", [cudnn, ctx.facts.get("jax")], known,
+                           fix=f"use a base with cuDNN {plugin.cudnn}+, or a JAX release that accepts this cuDNN")
+        elif plugin.cudnn_below is not None and release(cudnn.value) >= plugin.cudnn_below:
+            yield ctx.find("IB086", "error", cudnn.key, f"jax {jax}'s CUDA {major} plugin needs cuDNN below "
+                           f"{plugin.cudnn_below}; the stack has {cudnn.value}", [cudnn, ctx.facts.get("jax")], known,
+                           fix="use a JAX release built for this cuDNN (0.4.29 and newer take cuDNN 9)")
+    elif any(j.local for j in ctx.facts.jax_cuda):
+        yield ctx.unknown("IB086", jc.key, f"jax {jax}'s CUDA {major} plugin needs cuDNN {plugin.cudnn}+ from the base "
+                          "(a -local install); the base's cuDNN is not known",
+                          fix="declare the base's cudnn under provides, or measure it (imgbuild lock)")
+    cuda = ctx.facts.get("cuda")
+    if cuda is not None and isinstance(cuda.value, Version) and cuda.value.major == major \
+            and Version(major_minor(cuda.value)) < Version(major_minor(plugin.cuda_runtime)):
+        yield ctx.find("IB086", "error", cuda.key, f"jax {jax}'s CUDA {major} plugin needs the CUDA runtime "
+                       f"{plugin.cuda_runtime} or newer; base {ctx.stack.base.name} has {cuda.value}", [cuda], known,
+                       fix=f"use a base with CUDA {major_minor(plugin.cuda_runtime)}+")
+    nccl = ctx.facts.get("nccl")
+    if nccl is not None and isinstance(nccl.value, Version) and release(nccl.value) < plugin.nccl:
+        yield ctx.find("IB086", "error", nccl.key, f"jax {jax}'s CUDA {major} plugin needs NCCL {plugin.nccl} or "
+                       f"newer; the stack has {nccl.value}", [nccl], known, fix=f"use NCCL {plugin.nccl}+")
+
+
+@rule("IB088", "driver floor vs the CUDA of jaxlib's plugin")
+def jax_driver_floor(ctx: Ctx) -> Iterator[Finding]:
+    """JAX's installation guide names the driver each CUDA major's plugin needs. Where CUDA comes as pip
+    wheels (jax[cuda12] on a plain base) this is the only driver check; on a CUDA base IB001 checks the
+    base's toolkit as well."""
+    jc, major = _jax_cuda(ctx)
+    floor = ctx.stack.driver_floor
+    if jc is None or floor is None:
+        return
+    need = catalog.jax_driver(ctx.facts.version("jax"), major)
+    if need is None:
+        return
+    if driver_tuple(floor) < driver_tuple(need.value):
+        own = ctx.stack_key("driver_floor")
+        key = own if own[-1] == "driver_floor" else ("site", "driver_floor")
+        yield ctx.find("IB088", "error", key, f"driver floor {floor} cannot run jaxlib's CUDA {major} plugin: JAX "
+                       f"asks for driver {need.value} or newer", [jc], need,
+                       fix=f"raise the driver to {need.value}+, or use the CUDA {major - 1} plugin where it exists")
+
+
+@rule("IB089", "target GPU below JAX's minimum compute capability")
+def jax_min_cc(ctx: Ctx) -> Iterator[Finding]:
+    jc, major = _jax_cuda(ctx)
+    if jc is None:
+        return
+    need = catalog.jax_min_cc(major)
+    if need is None:
+        return
+    for gpu in ctx.stack.gpus:
+        if _cc(gpu) < Version(need.value):
+            yield ctx.find("IB089", "error", ctx.gpu_key(gpu), f"{gpu.name} (cc {gpu.cc}) is below what JAX's CUDA "
+                           f"{major} build supports (cc {need.value}+)", [jc], need,
+                           fix=f"use the CUDA {major - 1} plugin for {gpu.name}, or newer GPUs")
 
 
 @rule("IB090", "the base's facts disagree (measured, declared, catalog)")

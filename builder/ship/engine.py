@@ -180,8 +180,10 @@ class Engine:
     def run_container(self, image: str, argv: Sequence[str], *, mounts: Sequence[tuple[str, str]] = (),
                       gpus: bool = False, network: bool = False, input: str | None = None,
                       timeout: float = 900, env: dict | None = None, shm_size: str | None = None,
-                      platform: str | None = None) -> Result:
+                      platform: str | None = None, hostname: str | None = None) -> Result:
         cmd = ["run", "--rm", "-i"]
+        if hostname:
+            cmd += ["--hostname", hostname]
         if platform:   # the image's own platform: another CPU's runs under the QEMU that binfmt_misc registered
             cmd += ["--platform", platform]
         if not network:

@@ -15,6 +15,7 @@ from typing import Callable
 from builder.ship.engine import Engine
 from builder.errors import EngineError
 from builder.load.kinds import CheckSpec
+from builder.ship.checks import jaxcheck
 from builder.ship.sources import MARKER
 
 PROBE = Path(__file__).with_name("probe.py")
@@ -63,6 +64,8 @@ def request(checks: tuple[CheckSpec, ...], gpu: bool) -> dict:
             req["ds_report"] = True
         elif spec.check == "python" and _op_wanted(a):
             req["snippets"][spec.id] = a["code"]
+        elif spec.check == "jax" and _op_wanted(a):
+            req["snippets"][spec.id] = jaxcheck.code(a["test"], a)
         elif spec.check == "command" and a.get("command") and _op_wanted(a):
             req["commands"][spec.id] = a["command"]
         elif spec.check == "source-commit" and a.get("path"):
@@ -286,7 +289,7 @@ JUDGES: dict[str, Callable] = {
     "env": _env, "source-commit": _source_commit, "torch-unchanged": _torch_unchanged,
     "requirements": _requirements, "arch-coverage": _arch_coverage,
 }
-SNIPPETS = {"python": _snippet("python"), "command": _snippet("command")}
+SNIPPETS = {"python": _snippet("python"), "jax": _snippet("python"), "command": _snippet("command")}
 
 
 def judge(checks: tuple[CheckSpec, ...], facts: dict, gpu: bool, emulated: str | None = None) -> list[CheckResult]:

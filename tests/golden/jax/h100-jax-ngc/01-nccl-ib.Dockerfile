@@ -1,0 +1,13 @@
+# imgbuild layer nccl-ib (kind runtime-env). Rendered from Dockerfile.j2; do not edit.
+ARG PARENT
+FROM ${PARENT}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+ENV NCCL_DEBUG="WARN" \
+    NCCL_IB_DISABLE="0" \
+    NCCL_IB_HCA="mlx5" \
+    NCCL_SOCKET_IFNAME="^lo,docker0" \
+    XLA_PYTHON_CLIENT_MEM_FRACTION="0.9"
+
+LABEL io.imgbuild.layer="nccl-ib" \
+      io.imgbuild.kind="runtime-env"
