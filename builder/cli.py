@@ -666,8 +666,8 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
                                 worker_args=["--only", only] if only else None, framework=framework or "torch",
                                 worker=nodecheck.worker_file(framework or "torch").read_text())   # refused first
         emit_k8s.write_text(k8s.text(objects, objects[-1]["metadata"]["name"], nodes))
-        echo(f"ok: {emit_k8s}: a Job of {nodes} pod(s) x {gpus_per_node or procs} rank(s); run with: kubectl apply "
-             f"-f {emit_k8s}")
+        each = "one jax.distributed process" if framework == "jax" else f"{gpus_per_node or procs} rank(s)"
+        echo(f"ok: {emit_k8s}: a Job of {nodes} pod(s) x {each}; run with: kubectl apply -f {emit_k8s}")
         reply({"k8s": str(emit_k8s), "nodes": nodes, "objects": [o["kind"] for o in objects]})
         return
     if emit_sbatch is not None:

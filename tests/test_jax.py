@@ -53,7 +53,7 @@ def test_the_jax_examples_plan_with_their_version_tags():
 # Each impossible stack is a one-line change of the example; its twin is the example as shipped.
 IMPOSSIBLE = [
     ("the plugin's CUDA major unlike the base's", "IB085",
-     lambda d: d["bases"]["cuda-12.9"].update(image="nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04"),
+     lambda d: d["bases"]["cuda-12.9"].update(image="docker.io/nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04"),
      r"jaxlib's CUDA plugin is built for CUDA 12, but base cuda-12\.9 has CUDA 13\.0\.1", "wheel METADATA|METADATA"),
     ("a cuDNN below jaxlib's minimum", "IB086",
      lambda d: d["bases"]["cuda-12.9"]["provides"].update(cudnn="9.1.0"),
@@ -84,7 +84,7 @@ def test_build_refuses_an_impossible_jax_stack_before_any_engine_work(tmp_path):
     data = example()
     data["layers"]["jax-0.10-cuda12-local"]["params"]["packages"] = ["jax[cuda13-local]==0.6.2"]
     data["layers"]["jax-0.10-cuda12-local"]["params"]["cuda"] = "13"
-    data["bases"]["cuda-12.9"]["image"] = "nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04"
+    data["bases"]["cuda-12.9"]["image"] = "docker.io/nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04"
     res = run_cli("build", "stack=h100-jax-cuda12", "-f", str(write_stacks(tmp_path, data)), "--docker",
                   "unix:///nonexistent.sock")
     assert res.code == 3, res.output
@@ -169,7 +169,7 @@ def test_lint_of_jax_extras_on_a_base_without_a_known_cuda():
 
 def test_the_rendered_jax_layer_on_a_cuda13_base_is_linted_as_an_error(tmp_path):
     data = example()
-    data["bases"]["cuda-12.9"]["image"] = "nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04"
+    data["bases"]["cuda-12.9"]["image"] = "docker.io/nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04"
     res = run_cli("check", "--all", "-f", str(write_stacks(tmp_path, data)))   # preflight and lint of the rendering
     lint = [b for b in res.output.split("\nerror ") if b.startswith("IB108")]
     assert res.code == 3 and lint and "rendered Dockerfile line" in lint[0], res.output

@@ -71,9 +71,9 @@ STACK_KEYS = "allowed: above, base, description, driver_floor, extends, gpus, la
 BASE_KEYS = "allowed: description, digest, family, image, provides, source"
 LAYER_KEYS = "allowed: description, kind, params"  # layers, projects and runtimes alike
 DS_PARAMS = "allowed: apt, libaio, ops, packages, runtime_ops, version"
-KINDS = "kinds (folders under layers/): apex, cpu-torch, cuda-source, cuda-toolkit-pip, deepspeed, flash-attn, megatron, ngc-pytorch, pip, project, pypi-torch, runtime-env, system-setup, transformer-engine"
+KINDS = "kinds (folders under layers/): apex, cpu-torch, cuda-source, cuda-toolkit-pip, deepspeed, flash-attn, jax, megatron, ngc-jax, ngc-pytorch, pip, project, pypi-torch, runtime-env, system-setup, transformer-engine"
 TAGS = ("allowed: {stack}, {date}, {python}, {torch}, {cuda}, {cudnn}, {nccl}, {numpy}, {apex}, {deepspeed}, "
-        "{flash_attn}, {megatron}, {transformer_engine}")
+        "{flash_attn}, {jax}, {jaxlib}, {megatron}, {transformer_engine}")
 
 
 @dataclass
@@ -205,7 +205,7 @@ CASES = [
     Case("base-layer-not-first", "    layers: [site, ds]\n", "    layers: [site, ds, cput]  # <==\n",
          "stacks.s1.layers[2]", "'cput' adopts a base image and can only be first"),
     Case("base-family-mismatch", "    layers: [site, ds]\n", "    layers: [cput, ds]  # <==\n",
-         "stacks.s1.layers[0]", "layer 'cput' adopts 'debian' bases but base 'ngc' is a 'ngc-pytorch' image"),
+         "stacks.s1.layers[0]", "layer 'cput' adopts debian bases but base 'ngc' is a 'ngc-pytorch' image"),
     Case("missing-required-param", 'params: {version: "0.19.5", ops: [fused_adam]}',
          'params: {ops: [fused_adam]}  # <==', "layers.ds.params",
          "missing required parameter 'version' of kind 'deepspeed'"),
@@ -218,7 +218,7 @@ CASES = [
     Case("invalid-layer-name-trailing-newline", "  ds:\n", '  "ds\\n":  # <==\n',
          "layers.'ds\\n'", "'ds\\n' is not a valid name"),
     Case("unknown-base-family", "    family: debian\n", "    family: alpine  # <==\n",
-         "bases.deb.family", "'alpine' is not a base family", "allowed: ngc-pytorch, debian"),
+         "bases.deb.family", "'alpine' is not a base family", "allowed: ngc-pytorch, ngc-jax, cuda, debian"),
     Case("bad-digest", "    family: debian\n", "    family: debian\n    digest: sha256:abc  # <==\n",
          "bases.deb.digest", "'sha256:abc' is not a digest (sha256: and 64 hex digits)"),
     Case("unsupported-version", "version: 1\n", "version: 2  # <==\n",

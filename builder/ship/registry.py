@@ -99,11 +99,7 @@ class Ref:
         rest, digest = (text.split("@", 1) + [None])[:2] if "@" in text else (text, None)
         first, _, path = rest.partition("/")
         if not path or not ("." in first or ":" in first or first == "localhost"):
-            # Docker's own reading of a name without a registry host: Docker Hub, `library/` for one component
-            # (nvidia/cuda:12.9.1-... is docker.io/nvidia/cuda, debian:bookworm docker.io/library/debian).
-            if not rest or rest.startswith("/") or "//" in rest:
-                raise RegistryError(f"{text!r} does not name a repository ([host[:port]/]repository[:tag])")
-            first, path = "docker.io", (rest if path else f"library/{rest}")
+            raise RegistryError(f"{text!r} does not name a registry (host[:port]/repository[:tag])")
         tag = None
         if ":" in path.rsplit("/", 1)[-1]:
             path, tag = path.rsplit(":", 1)
@@ -194,8 +190,6 @@ class Registry:
     _down: str = ""                    # why this host is taken for down (no retries): said again at once
 
     def __post_init__(self):
-        if self.host == "docker.io":   # Docker Hub's name; its registry API answers on registry-1.docker.io
-            self.host = "registry-1.docker.io"
         self.loopback = bool(LOOPBACK.match(self.host))
         if not self.scheme:
             self.scheme = "http" if self.loopback else "https"
