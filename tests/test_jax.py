@@ -101,22 +101,18 @@ def test_a_jax_kind_adopts_debian_and_cuda_bases_but_not_an_ngc_pytorch_one(tmp_
     assert res.code != 0 and "adopts debian or cuda bases but base 'pt' is a 'ngc-pytorch' image" in res.output
 
 
-def test_a_kind_naming_an_unknown_base_family_is_refused(tmp_path):
+@pytest.mark.parametrize("old,new,message", [
+    ("base_family: [debian, cuda]", "base_family: [debian, tpu]", "'tpu' is not a base family"),
+    ("{test: pmap-allreduce,", "{test: pmap-allreduse,", "'pmap-allreduse' is not a JAX test"),
+], ids=["unknown-base-family", "unknown-jax-test"])
+def test_a_jax_kind_with_a_bad_value_is_refused_at_load(tmp_path, old, new, message):
     folder = copy_kinds(tmp_path / "site")
     kind = folder / "layers" / "jax" / "kind.yaml"
-    kind.write_text(kind.read_text().replace("base_family: [debian, cuda]", "base_family: [debian, tpu]"))
+    assert old in kind.read_text()
+    kind.write_text(kind.read_text().replace(old, new))
     write_stacks(folder, example())
     res = run_cli("check", "--all", "-f", str(folder / "stacks.yaml"))
-    assert res.code != 0 and "base_family" in res.output and "'tpu' is not a base family" in res.output
-
-
-def test_a_jax_check_naming_no_known_test_is_refused_at_load(tmp_path):
-    folder = copy_kinds(tmp_path / "site")
-    kind = folder / "layers" / "jax" / "kind.yaml"
-    kind.write_text(kind.read_text().replace("{test: pmap-allreduce,", "{test: pmap-allreduse,"))
-    write_stacks(folder, example())
-    res = run_cli("check", "--all", "-f", str(folder / "stacks.yaml"))
-    assert res.code != 0 and "'pmap-allreduse' is not a JAX test" in res.output
+    assert res.code != 0 and "layers/jax/kind.yaml" in res.output and message in res.output, res.output
 
 
 # -- jaxlib's CUDA builds as pip names them --------------------------------------------------------------

@@ -281,6 +281,8 @@ def main() -> int:
     r = Ranks(jax, np, mode)
     checks = [("env", lambda: check_env(r)), ("matmul", lambda: check_matmul(r, args.matmul_n)),
               ("collectives", lambda: check_collectives(r))]
+    # The loop of worker.py's main: each worker is one file mounted alone into the image, so neither imports
+    # the other.
     wanted = set(filter(None, args.only.split(",")))
     results = []
     for name, run in checks:
