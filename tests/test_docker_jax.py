@@ -73,14 +73,30 @@ def test_node_check_runs_two_jax_processes_with_collectives_on_cpu(work, jax_rel
     assert report["image"].startswith(f"{REGISTRY}/{NS}/jax-cpu@sha256:")
 
 
-@pytest.mark.parametrize("fault", ["1:collectives", "1:collectives", "0:matmul", "1:env"])
-def test_a_jax_process_broken_on_purpose_fails_the_check_and_is_named(work, jax_release, fault):
-    rank, check = fault.split(":")
+@pytest.mark.parametrize("fault,named", [
+    ("1:collectives", "1"), ("1:collectives", "1"), ("0:matmul", "0"),
+    ("1:matmul:raise", "1"),          # a rank that raises, not one that is wrong: the others do not hang
+    ("0:env", "0, 1"),                # two ranks that differ: no majority tells which is wrong, both are named
+])
+def test_a_jax_process_broken_on_purpose_fails_the_check_and_is_named(work, jax_release, fault, named):
+    check = fault.split(":")[1]
     proc = imgbuild(work, "node-check", "stack=jax-cpu", "--procs", "2", "--only", check, "-f", jax_file(work),
                     env={"IMGBUILD_NODE_CHECK_PERTURB": fault}, timeout=600)
     assert proc.returncode == 8, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert f"{check} (rank {rank}) failed" in proc.stderr, proc.stderr[-2000:]
-    assert f"FAIL {check}" in proc.stdout and f"[rank {rank}]" in proc.stdout
+    assert f"{check} (rank {named}) failed" in proc.stderr, proc.stderr[-2000:]
+    assert f"FAIL {check}" in proc.stdout and f"[rank {named}]" in proc.stdout
+    if fault.endswith(":raise"):
+        assert "rank 1 raised RuntimeError: matmul made to fail on purpose on rank 1" in proc.stdout
+
+
+def test_a_jax_rank_that_stops_answering_ends_the_check_within_its_timeout(work, jax_release):
+    """Rank 1 raises before the collectives, so rank 0 waits in an all-reduce that never completes: the
+    watchdog ends the check at IMGBUILD_NODE_CHECK_TIMEOUT with a report, and no process is left."""
+    proc = imgbuild(work, "node-check", "stack=jax-cpu", "--procs", "2", "--only", "collectives", "-f",
+                    jax_file(work), env={"IMGBUILD_NODE_CHECK_PERTURB": "1:collectives:raise",
+                                         "IMGBUILD_NODE_CHECK_TIMEOUT": "20"}, timeout=300)
+    assert proc.returncode == 8, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "FAIL collectives" in proc.stdout and "did not finish within 20 s" in proc.stdout, proc.stdout[-2000:]
 
 
 def test_the_one_process_fallback_runs_the_ranks_as_host_devices(work, jax_release, monkeypatch):

@@ -410,7 +410,18 @@ FAILS = [
          extra={"runtimes": {"e": env(HF_TOKEN="hf_abcdef")}}),
     # -- IB085-IB089 JAX ---------------------------------------------------------------------------
     Fail("jax-plugin-major-vs-base", S("cuda13", ["jaxc12l"]), "IB085", "error",
-         r"jaxlib's CUDA plugin is built for CUDA 12, but base cuda13 has CUDA 13\.0\.1", "layers.jaxc12l.params.cuda"),
+         r"jaxlib's CUDA plugin is built for CUDA 12 and runs on the base's libraries \(-local\), but base cuda13 has "
+         r"CUDA 13\.0\.1", "layers.jaxc12l.params.cuda"),
+    Fail("jax-wheels-beside-another-cuda", S("cuda13", ["jaxc12"]), "IB085", "warning",
+         r"jaxlib's CUDA 12 plugin brings its own CUDA 12 wheels onto base cuda13, which has CUDA 13\.0\.1",
+         "layers.jaxc12.params.cuda"),
+    Fail("jax-in-a-pip-layer-without-that-plugin", S("ngc2509", ["site", "jp"]), "IB085", "error",
+         r"jax 0\.6\.2 has no CUDA 13 plugin on PyPI \(it has CUDA 12\)", "layers.jp.params.packages[0]",
+         extra={"layers": {"jp": {"kind": "pip", "params": {"packages": ["jax[cuda13]==0.6.2"]}}}}),
+    Fail("jax-two-cuda-extras", S("deb", ["jx"]), "IB085", "error",
+         r"jax\[cuda12,cuda13\]==0\.10\.2 installs JAX's CUDA 12 build, but the stack declares CUDA 13",
+         "layers.jx.params.packages[0]",
+         extra={"layers": {"jx": {"kind": "jax", "params": {"packages": ["jax[cuda13,cuda12]==0.10.2"], "cuda": "13"}}}}),
     Fail("jax-release-without-that-plugin", S("cuda13", ["jax062c13l"]), "IB085", "error",
          r"jax 0\.6\.2 has no CUDA 13 plugin on PyPI \(it has CUDA 12\)", "layers.jax062c13l.params.cuda"),
     Fail("jax-extra-removed", S("deb", ["jaxpip"]), "IB085", "error",
@@ -502,6 +513,14 @@ PASSES = [
     ("IB085 IB086 IB088 IB089", S("deb", ["jaxc12"], gpus=["V100"]), {}, {"driver_floor": "535.104.05"}),
     ("IB085 IB086 IB088 IB089", S("deb", ["jaxc13"], gpus=["A100", "H100"]), {}, None),
     ("IB085 IB086 IB088 IB089 IB001", S("ngcjax2606", ["ngcjax"]), {}, None),
+    # NGC builds jaxlib against its own cuDNN: PyPI's plugins and their floors do not judge it (jax 0.4.26 with
+    # cuDNN 9.1, a release with no CUDA 13 plugin on PyPI).
+    ("IB085 IB086", S("ngcjax-declared", ["ngcjax"]), {"bases": {"ngcjax-declared": {
+        "image": "nvcr.io/nvidia/jax:26.06-py3", "family": "ngc-jax",
+        "provides": {"jax": "0.6.2", "cudnn": "9.1.0", "nccl": "2.17.1"}}}}, None),
+    # jax[cuda12] brings its own cuDNN and runtime wheels: the base's older ones are not what it runs on.
+    ("IB085 IB086", S("cuda129-cudnn91", ["jaxc12"]), {}, None),
+    ("IB085 IB086", S("cuda120", ["jaxc12"]), {}, None),
     ("IB085 IB086 IB088 IB089 IB108", S("deb", ["jaxcpu"], gpus=[]), {}, None),
     ("IB105 IB108 IB109 IB110", S("ngc2509", ["site", "d"], runtime="e"),
      {"layers": {"d": ds("0.19.5", packages=["nvidia-nccl-cu13==2.28.9"])},

@@ -111,8 +111,9 @@ def framework_in_rootfs(rootfs: Path) -> str:
 
 
 def _fault() -> dict:
-    """The fault put in on purpose (worker.py's docstring), passed through from the caller's environment."""
-    return {k: os.environ[k] for k in ("IMGBUILD_NODE_CHECK_PERTURB",) if os.environ.get(k)}
+    """The fault put in on purpose (worker.py's docstring) and the check's timeout, passed through from the
+    caller's environment."""
+    return {k: os.environ[k] for k in ("IMGBUILD_NODE_CHECK_PERTURB", "IMGBUILD_NODE_CHECK_TIMEOUT") if os.environ.get(k)}
 
 
 def _free_port() -> int:

@@ -73,7 +73,9 @@ def script(image: str, worker: str, nodes: int, tasks_per_node: int, gpus_per_no
         f"        bash -c \"$RANKS; exec python {IN_IMAGE} {args}\"",
         "else",
         "    # No pyxis here: the site's container command starts the image for each task",
-        '    RUN="${IMGBUILD_CONTAINER_RUN:-docker run --rm --network host --shm-size 1g}"',
+        # the node's GPUs reach the container only when asked for
+        '    RUN="${IMGBUILD_CONTAINER_RUN:-docker run --rm --network host --shm-size 1g'
+        + (" --gpus all" if gpus_per_node else "") + '}"',
         f"    PASS=\"{' '.join('-e ' + n for n in names)}\"",
         f'    srun bash -c "$RANKS; exec $RUN $PASS -v $WORKER:{IN_IMAGE}:ro --entrypoint python $IMAGE {IN_IMAGE} {args}"',
         "fi",

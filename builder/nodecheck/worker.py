@@ -89,14 +89,17 @@ def check_env(ctx: Ctx) -> dict:
     bad, differs = set(), []
     for key in keys:
         values = [r["snapshot"].get(key) for r in every]
-        # The value most ranks see is the reference; on a tie (2 ranks) rank 0's: the odd one out is named.
+        # The value a strict majority sees is the reference, and the odd ones out are named; without a
+        # majority (2 ranks that differ) nothing tells which is wrong, so every rank is named.
         texts = [json.dumps(v) for v in values]
-        common = max(texts, key=lambda v: (texts.count(v), v == texts[0]))
-        odd = [i for i, v in enumerate(values) if json.dumps(v) != common]
+        common = max(texts, key=texts.count)
+        majority = texts.count(common) * 2 > len(texts)
+        odd = [i for i, v in enumerate(texts) if v != common] if majority else list(range(len(texts)))
         if odd:
             bad.update(odd)
             differs.append(f"{key}: rank {', '.join(map(str, odd))} has "
-                           f"{', '.join(repr(values[i]) for i in odd)}, the others {json.loads(common)!r}")
+                           f"{', '.join(repr(values[i]) for i in odd)}"
+                           + (f", the others {json.loads(common)!r}" if majority else " (no majority tells which is wrong)"))
     hosts = sorted({r["hostname"] for r in every})
     numbers = {"hosts": hosts, "rank0": every[0]["snapshot"], "visible_devices": [r["visible"] for r in every]}
     if differs:

@@ -95,30 +95,33 @@ class JaxCuda:
     layer: Any
 
 
-def jax_cuda_of(text: str) -> tuple[int, bool, str] | None:
-    """(CUDA major, local, extra) of a requirement that installs JAX's CUDA build; None for anything else."""
+def jax_cuda_of(text: str) -> list[tuple[int, bool, str]]:
+    """[(CUDA major, local, extra)] of a requirement that installs JAX's CUDA build (one per CUDA extra it
+    names: jax[cuda13,cuda12] names two); [] for anything else. local: it brings no CUDA wheels and runs on
+    the base's CUDA (a -local extra, a plugin without with-cuda, the PJRT package alone)."""
     try:
         req = Requirement(text)
     except Exception:
-        return None
+        return []
     name = canonicalize_name(req.name)
     if name == "jax":
+        out = []
         for extra in sorted(req.extras):
             m = JAX_EXTRA.match(extra.lower())
             if m:
                 major = int(m.group(1) or catalog.jax_extras_source().value)   # plain `cuda`: the CUDA 12 plugin
-                return major, m.group(2) == "local", extra
-        return None
+                out.append((major, m.group(2) == "local", extra))
+        return out
     m = JAX_PLUGIN.match(name)
     if m:
         wheels = {canonicalize_name(e) for e in req.extras} & {"with-cuda"}
-        return int(m.group(1)), m.group(2) == "plugin" and not wheels, ""
+        return [(int(m.group(1)), not wheels, "")]
     if name == "jaxlib":
         local = next((sp.version.split("+", 1)[1] for sp in req.specifier if "+" in sp.version), "")
         m = JAXLIB_CUDA.match(local)
         if m:
-            return int(m.group(1)), False, ""
-    return None
+            return [(int(m.group(1)), False, "")]
+    return []
 
 
 @dataclass
@@ -285,8 +288,7 @@ def _apply(sf: StackFacts, layer: LayerDef, locked: dict | None = None) -> None:
                 sf.facts["megatron"] = Fact(rel.version, "catalog", rel.source, rel.verified, path + (pname, "commit"))
         elif layer.kind.params[pname].type == "requirements":
             for i, text in enumerate(value):
-                jc = jax_cuda_of(text)
-                if jc is not None:
+                for jc in jax_cuda_of(text):
                     sf.jax_cuda.append(JaxCuda(*jc, text=text, key=path + (pname, i), layer=layer))
                     if "jax_cuda" not in dict(layer.kind.facts) or params.get(dict(layer.kind.facts)["jax_cuda"]) is None:
                         sf.facts["jax_cuda"] = Fact(Version(str(jc[0])), "declared", f"stacks.yaml {layer.section}."
@@ -307,7 +309,7 @@ def _apply(sf: StackFacts, layer: LayerDef, locked: dict | None = None) -> None:
                     sf.facts[pinned_versions[name]] = Fact(pinned, "declared", f"stacks.yaml {layer.section}."
                                                            f"{layer.name}.params.{pname} pins {text}", None,
                                                            path + (pname, i))
-                if name in ("numpy", "pydantic"):
+                if name in ("numpy", "pydantic", "jax", "jaxlib"):   # whatever kind of layer pins them
                     sf.facts[name] = Fact(pinned, "declared", f"stacks.yaml {layer.section}.{layer.name}.params."
                                           f"{pname} pins {text}", None, path + (pname, i))
         elif layer.kind.params[pname].type in ("map", "env"):

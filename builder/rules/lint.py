@@ -322,8 +322,9 @@ def cuda_flavours(ctx: Context) -> None:
             value = expand(a, values)
             at = offset + max(text.find(a), 0)
             jax = jax_cuda_of(value)
-            if jax is not None:
-                _jax_flavour(ctx, ins, at, value, *jax)
+            for major, local, extra in jax:
+                _jax_flavour(ctx, ins, at, value, major, local, extra)
+            if jax:
                 continue
             flavour = _flavour(value)
             if not flavour:
@@ -354,9 +355,11 @@ def _jax_flavour(ctx: Context, ins: Instruction, at: int, value: str, major: int
                     "nvcr.io/nvidia/jax:YY.MM-py3), or use jax[cudaNN], which brings CUDA as pip wheels")
         return
     if major != ctx.base_cuda.major:
-        ctx.add("IB108", "error", ins, at, f"{value!r} is JAX's CUDA {major} build"
+        # On the base's libraries (-local) the wrong major cannot run; with its own wheels it runs, beside a
+        # second CUDA.
+        ctx.add("IB108", "error" if local else "warning", ins, at, f"{value!r} is JAX's CUDA {major} build"
                 + (" (plain [cuda] is the CUDA 12 plugin)" if extra.lower() == "cuda" else "")
-                + f"; the base has CUDA {ctx.base_cuda}",
+                + ("" if local else f", with its own CUDA {major} wheels") + f"; the base has CUDA {ctx.base_cuda}",
                 f"use jax[cuda{ctx.base_cuda.major}{'-local' if local else ''}]" if extra or value.lower().startswith("jax[")
                 else f"use the CUDA {ctx.base_cuda.major} packages (jax-cuda{ctx.base_cuda.major}-plugin)")
 

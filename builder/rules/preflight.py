@@ -732,13 +732,25 @@ def _jax_cuda(ctx: Ctx) -> tuple[Fact | None, int | None]:
     return jc, jc.value.major
 
 
+def _ngc_built(ctx: Ctx) -> bool:
+    """JAX as NVIDIA built it into an NGC JAX image, against the container's own CUDA, cuDNN and NCCL:
+    PyPI's plugins and their floors do not apply to it (a layer that installs JAX again from the index does)."""
+    return ctx.stack.base.family == "ngc-jax" and not ctx.facts.jax_cuda
+
+
+def _local(ctx: Ctx) -> bool:
+    """Whether JAX runs on the base's CUDA libraries (a -local install) rather than on CUDA wheels it brought."""
+    return any(j.local for j in ctx.facts.jax_cuda)
+
+
 @rule("IB085", "jaxlib's CUDA plugin against the base's CUDA and the JAX release")
 def jax_cuda_major(ctx: Ctx) -> Iterator[Finding]:
-    """jaxlib runs on one CUDA major through its plugin (jax-cuda12-plugin, jax-cuda13-plugin): the plugin's
-    major must be the base's, a JAX release must publish a plugin of that major, a `-local` install needs a
-    base with CUDA, and an extra the release does not have installs jax with no CUDA at all."""
+    """jaxlib runs on one CUDA major through its plugin (jax-cuda12-plugin, jax-cuda13-plugin): a -local
+    plugin must be of the base's major (one that brings its CUDA wheels beside a base of another major is a
+    warning: two CUDAs in one image), a JAX release must publish a plugin of that major, a -local install
+    needs a base with CUDA, and an extra the release does not have installs jax with no CUDA at all."""
     jc, major = _jax_cuda(ctx)
-    if jc is None:
+    if jc is None or _ngc_built(ctx):
         return
     plugins = catalog.jax_plugins_source()
     for j in ctx.facts.jax_cuda:
@@ -748,12 +760,17 @@ def jax_cuda_major(ctx: Ctx) -> Iterator[Finding]:
                            fix=f"write the extra and the layer's cuda for one CUDA major (jax[cuda{major}])")
     cuda = ctx.facts.get("cuda")
     base = ctx.stack.base
-    if cuda is not None and isinstance(cuda.value, Version) and cuda.value.major != major and base.family != "ngc-jax":
-        yield ctx.find("IB085", "error", jc.key, f"jaxlib's CUDA plugin is built for CUDA {major}, but base "
-                       f"{base.name} has CUDA {cuda.value}: the plugin's kernels and the base's libraries are of "
-                       "two CUDA majors", [jc, cuda], plugins,
-                       fix=f"use the cuda{cuda.value.major} plugin (jax[cuda{cuda.value.major}-local]) or a CUDA "
-                           f"{major} base")
+    if cuda is not None and isinstance(cuda.value, Version) and cuda.value.major != major:
+        if _local(ctx):
+            yield ctx.find("IB085", "error", jc.key, f"jaxlib's CUDA plugin is built for CUDA {major} and runs on the "
+                           f"base's libraries (-local), but base {base.name} has CUDA {cuda.value}", [jc, cuda], plugins,
+                           fix=f"use the cuda{cuda.value.major} plugin (jax[cuda{cuda.value.major}-local]) or a CUDA "
+                               f"{major} base")
+        else:
+            yield ctx.find("IB085", "warning", jc.key, f"jaxlib's CUDA {major} plugin brings its own CUDA {major} wheels "
+                           f"onto base {base.name}, which has CUDA {cuda.value}: two CUDA majors in one image (code "
+                           "built with the base's nvcc and JAX's kernels differ)", [jc, cuda], plugins,
+                           fix=f"use jax[cuda{cuda.value.major}-local] on this base, or a base without CUDA")
     local = [j for j in ctx.facts.jax_cuda if j.local]
     if local and (cuda is None or cuda.value is None) and not base.has_cuda:
         yield ctx.find("IB085", "error", local[0].key, f"{local[0].text} uses the CUDA of the base (a -local "
@@ -768,8 +785,8 @@ def jax_cuda_major(ctx: Ctx) -> Iterator[Finding]:
         yield ctx.find("IB085", "error", jc.key, f"jax {jax} has no CUDA {major} plugin on PyPI"
                        + (f" (it has CUDA {', '.join(map(str, have))})" if have else " (it has none)"),
                        [jc, ctx.facts.get("jax")], plugins,
-                       fix=f"use a JAX release with a CUDA {major} plugin, or the CUDA "
-                           f"{have[-1] if have else major} build")
+                       fix=(f"use the CUDA {have[-1]} build (jax[cuda{have[-1]}]) or a JAX release with a CUDA "
+                            f"{major} plugin" if have else f"use a JAX release with a CUDA {major} plugin"))
     for j in ctx.facts.jax_cuda:
         gone = catalog.jax_extra_removed(j.extra) if j.extra else None
         if gone is not None and release(jax) >= Version(gone.value):
@@ -780,19 +797,25 @@ def jax_cuda_major(ctx: Ctx) -> Iterator[Finding]:
 
 @rule("IB086", "cuDNN, CUDA and NCCL below what jaxlib's CUDA plugin requires")
 def jax_cuda_floors(ctx: Ctx) -> Iterator[Finding]:
-    """The plugin's wheel requires a cuDNN, a CUDA runtime and an NCCL (its with-cuda extra pins them): with
-    `-local`, or a base that brings its own, those are the base's, and an older one fails at the first
-    convolution or collective, not at import."""
+    """The plugin's wheel requires a cuDNN, a CUDA runtime and an NCCL (its with-cuda extra pins them). With
+    a -local install they are the base's, and an older one fails at the first convolution or collective,
+    not at import; where the plugin brings its wheels, pip resolves them, and only what a layer declares
+    they are is judged."""
     jc, major = _jax_cuda(ctx)
     jax = ctx.facts.version("jax")
-    if jc is None or jax is None:
+    if jc is None or jax is None or _ngc_built(ctx):
         return
     plugin = catalog.jax_plugin(release(jax), major)
     if plugin is None:
         return
+    local = _local(ctx)
+
+    def judged(fact: Fact | None) -> bool:   # the base's libraries matter only to a -local install
+        return fact is not None and isinstance(fact.value, Version) and (local or fact.key[:1] != ("bases",))
+
     known = Known(plugin.versions, plugin.source, plugin.verified)
     cudnn = ctx.facts.get("cudnn")
-    if cudnn is not None and isinstance(cudnn.value, Version):
+    if judged(cudnn):
         if release(cudnn.value) < plugin.cudnn:
             yield ctx.find("IB086", "error", cudnn.key, f"jax {jax}'s CUDA {major} plugin needs cuDNN {plugin.cudnn} or "
                            f"newer; the stack has {cudnn.value}", [cudnn, ctx.facts.get("jax")], known,
@@ -801,18 +824,18 @@ def jax_cuda_floors(ctx: Ctx) -> Iterator[Finding]:
             yield ctx.find("IB086", "error", cudnn.key, f"jax {jax}'s CUDA {major} plugin needs cuDNN below "
                            f"{plugin.cudnn_below}; the stack has {cudnn.value}", [cudnn, ctx.facts.get("jax")], known,
                            fix="use a JAX release built for this cuDNN (0.4.29 and newer take cuDNN 9)")
-    elif any(j.local for j in ctx.facts.jax_cuda):
+    elif local:
         yield ctx.unknown("IB086", jc.key, f"jax {jax}'s CUDA {major} plugin needs cuDNN {plugin.cudnn}+ from the base "
                           "(a -local install); the base's cuDNN is not known",
                           fix="declare the base's cudnn under provides, or measure it (imgbuild lock)")
     cuda = ctx.facts.get("cuda")
-    if cuda is not None and isinstance(cuda.value, Version) and cuda.value.major == major \
+    if local and judged(cuda) and cuda.value.major == major \
             and Version(major_minor(cuda.value)) < Version(major_minor(plugin.cuda_runtime)):
         yield ctx.find("IB086", "error", cuda.key, f"jax {jax}'s CUDA {major} plugin needs the CUDA runtime "
                        f"{plugin.cuda_runtime} or newer; base {ctx.stack.base.name} has {cuda.value}", [cuda], known,
                        fix=f"use a base with CUDA {major_minor(plugin.cuda_runtime)}+")
     nccl = ctx.facts.get("nccl")
-    if nccl is not None and isinstance(nccl.value, Version) and release(nccl.value) < plugin.nccl:
+    if judged(nccl) and release(nccl.value) < plugin.nccl:
         yield ctx.find("IB086", "error", nccl.key, f"jax {jax}'s CUDA {major} plugin needs NCCL {plugin.nccl} or "
                        f"newer; the stack has {nccl.value}", [nccl], known, fix=f"use NCCL {plugin.nccl}+")
 
@@ -834,7 +857,8 @@ def jax_driver_floor(ctx: Ctx) -> Iterator[Finding]:
         key = own if own[-1] == "driver_floor" else ("site", "driver_floor")
         yield ctx.find("IB088", "error", key, f"driver floor {floor} cannot run jaxlib's CUDA {major} plugin: JAX "
                        f"asks for driver {need.value} or newer", [jc], need,
-                       fix=f"raise the driver to {need.value}+, or use the CUDA {major - 1} plugin where it exists")
+                       fix=f"raise the driver to {need.value}+" + (", or use the CUDA 12 plugin (jax[cuda12], "
+                                                                   "driver 525+)" if major == 13 else ""))
 
 
 @rule("IB089", "target GPU below JAX's minimum compute capability")
@@ -849,7 +873,8 @@ def jax_min_cc(ctx: Ctx) -> Iterator[Finding]:
         if _cc(gpu) < Version(need.value):
             yield ctx.find("IB089", "error", ctx.gpu_key(gpu), f"{gpu.name} (cc {gpu.cc}) is below what JAX's CUDA "
                            f"{major} build supports (cc {need.value}+)", [jc], need,
-                           fix=f"use the CUDA {major - 1} plugin for {gpu.name}, or newer GPUs")
+                           fix=(f"use the CUDA 12 plugin (jax[cuda12]) for {gpu.name}" if major == 13 else
+                                f"target GPUs of cc {need.value} or newer"))
 
 
 @rule("IB090", "the base's facts disagree (measured, declared, catalog)")
