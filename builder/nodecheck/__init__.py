@@ -204,7 +204,7 @@ def table(report: NodeReport) -> str:
     for r in report.results:
         word = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}[r["status"]]
         ranks = f" [rank {', '.join(map(str, r['bad_ranks']))}]" if r["bad_ranks"] else ""
-        rows.append(f"  {word} {r['id']:<13} {r['seconds']:>6.1f} s{ranks}  {r['detail']}")
+        rows.append(f"  {word} {r['id']:<13} {r.get('seconds', 0.0):>6.1f} s{ranks}  {r['detail']}")
         for row in r["numbers"].get("sweep", []):
             rows.append(f"       {row['bytes']:>12} B  {row['time_us']:>10.1f} us  algbw {row['algbw_GBps']:>7.3f} GB/s"
                         f"  busbw {row['busbw_GBps']:>7.3f} GB/s")

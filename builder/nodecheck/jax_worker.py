@@ -325,8 +325,9 @@ def watchdog(seconds: float, r_state: dict) -> threading.Timer:
     prints the report so far, with that check failed."""
     def fire():
         if r_state.get("rank") == 0:
-            results = list(r_state["results"]) + [result(r_state["check"] or "start", "failed", f"did not finish "
-                                                         f"within {seconds:g} s: a rank stopped answering (see the log)")]
+            hung = result(r_state["check"] or "start", "failed", f"did not finish within {seconds:g} s: a rank "
+                          "stopped answering (see the log)")
+            results = list(r_state["results"]) + [{**hung, "seconds": seconds}]
             print(RESULT_TAG + json.dumps({"world_size": r_state.get("world", 0), "backend": r_state.get("backend", ""),
                                            "results": results, "seconds": seconds}), flush=True)
         print(f"node check: {r_state['check']} did not finish within {seconds:g} s", file=sys.stderr, flush=True)
