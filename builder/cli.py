@@ -658,15 +658,16 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
         framework = framework or nodecheck.framework_of(spec.stack(name))
     else:
         image = target
+    emitted = framework or "torch"   # what a written job runs: the stack's worker, or the one asked for
     if emit_k8s is not None:
         from builder.nodecheck import k8s
         settings = spec.site.k8s if target is not None and target.startswith("stack=") else \
             (load_spec(file).site.k8s if file.exists() else k8s.K8sSettings())
         objects = k8s.manifests(image, nodes, gpus_per_node or procs, gpus_per_node, env=env, settings=settings,
-                                worker_args=["--only", only] if only else None, framework=framework or "torch",
-                                worker=nodecheck.worker_file(framework or "torch").read_text())   # refused first
+                                worker_args=["--only", only] if only else None, framework=emitted,
+                                worker=nodecheck.worker_file(emitted).read_text())   # refused before anything is written
         emit_k8s.write_text(k8s.text(objects, objects[-1]["metadata"]["name"], nodes))
-        each = "one jax.distributed process" if framework == "jax" else f"{gpus_per_node or procs} rank(s)"
+        each = "one jax.distributed process" if emitted == "jax" else f"{gpus_per_node or procs} rank(s)"
         echo(f"ok: {emit_k8s}: a Job of {nodes} pod(s) x {each}; run with: kubectl apply -f {emit_k8s}")
         reply({"k8s": str(emit_k8s), "nodes": nodes, "objects": [o["kind"] for o in objects]})
         return
@@ -674,8 +675,8 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
         worker = emit_sbatch.resolve().with_name("imgbuild-node-check-worker.py")
         text = sbatch.script(image, str(worker), nodes, gpus_per_node or procs, gpus_per_node, env=env,
                              worker_args=["--only", only] if only else None,
-                             framework=framework or "torch")   # refused before anything is written
-        _shutil.copyfile(nodecheck.worker_file(framework or "torch"), worker)
+                             framework=emitted)   # refused before anything is written
+        _shutil.copyfile(nodecheck.worker_file(emitted), worker)
         emit_sbatch.write_text(text)
         emit_sbatch.chmod(0o755)
         echo(f"ok: {emit_sbatch} (and {worker}): {nodes} node(s) x {gpus_per_node or procs} task(s); "

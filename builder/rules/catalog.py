@@ -391,7 +391,8 @@ def jax_extra_removed(extra: str) -> Known | None:
     return None if since is None else Known(since, rec["source"], bool(rec["verified"]))
 
 
-def jax_extras_source() -> Known:
+def jax_cuda_default() -> Known:
+    """The CUDA major of plain `jax[cuda]` (12 in every release read), with its source."""
     rec = _data()["jax"]["extras"]
     return Known(rec["cuda_default"], rec["source"], bool(rec["verified"]))
 
@@ -410,8 +411,3 @@ def jax_min_cc(major: int) -> Known | None:
     cc = rec["by_cuda"].get(str(major))
     return None if cc is None else Known(cc, rec["source"], bool(rec["verified"]))
 
-
-def jax_cpu_collectives() -> Known:
-    """(the release that added CPU collectives between processes, the one that turned gloo on by default)."""
-    rec = _data()["jax"]["cpu_collectives"]
-    return Known((rec["option_since"], rec["default_since"]), rec["source"], bool(rec["verified"]))

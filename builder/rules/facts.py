@@ -109,7 +109,7 @@ def jax_cuda_of(text: str) -> list[tuple[int, bool, str]]:
         for extra in sorted(req.extras):
             m = JAX_EXTRA.match(extra.lower())
             if m:
-                major = int(m.group(1) or catalog.jax_extras_source().value)   # plain `cuda`: the CUDA 12 plugin
+                major = int(m.group(1) or catalog.jax_cuda_default().value)   # plain `cuda`: the CUDA 12 plugin
                 out.append((major, m.group(2) == "local", extra))
         return out
     m = JAX_PLUGIN.match(name)
@@ -290,7 +290,7 @@ def _apply(sf: StackFacts, layer: LayerDef, locked: dict | None = None) -> None:
             for i, text in enumerate(value):
                 for jc in jax_cuda_of(text):
                     sf.jax_cuda.append(JaxCuda(*jc, text=text, key=path + (pname, i), layer=layer))
-                    if "jax_cuda" not in dict(layer.kind.facts) or params.get(dict(layer.kind.facts)["jax_cuda"]) is None:
+                    if params.get(dict(layer.kind.facts).get("jax_cuda")) is None:   # no `cuda` parameter says it
                         sf.facts["jax_cuda"] = Fact(Version(str(jc[0])), "declared", f"stacks.yaml {layer.section}."
                                                     f"{layer.name}.params.{pname} pins {text}", None, path + (pname, i))
                 req = Requirement(text)
