@@ -20,7 +20,7 @@ from conftest import DOCKER, run_cli
 from e2e import NS, REGISTRY, imgbuild, reports, stacks_file
 from builder.plan.lockfile import load_lock
 from builder.ship.registry import Registry
-from test_docker_resolve import _publish, _site, _wheel, index  # noqa: F401  (the loopback index fixture)
+from tiny import index, publish as _publish, site as _site, wheel as _wheel  # noqa: F401  (the loopback index fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 

@@ -6,22 +6,20 @@ installs the same set byte for byte, where a build without the lock drifts."""
 
 from __future__ import annotations
 
-import base64
 import json
-import hashlib
 import os
 import re
 import shutil
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import DOCKER, run_cli
-from e2e import NEEDLES, NS, REGISTRY, ROOT, imgbuild, reports, stacks_file
+from e2e import NEEDLES, NS, REGISTRY, imgbuild, reports, stacks_file
 from builder.plan.lockfile import load_lock
+from tiny import index, publish as _publish, site as _site, wheel as _wheel  # noqa: F401  (the loopback index fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
@@ -58,89 +56,6 @@ def test_a_layer_whose_parent_was_never_built_is_refused_with_the_command_that_f
 
 
 # -- same key, same image, across time ------------------------------------------------------------------
-
-def _wheel(folder: Path, name: str, version: str, requires: tuple = ()) -> Path:
-    """A pure-Python wheel written byte for byte the same every time (fixed zip dates): its sha256 is
-    stable, as an index's artifact is."""
-    dist = name.replace("-", "_")
-    info = f"{dist}-{version}.dist-info"
-    files = {f"{dist}/__init__.py": f"__version__ = {version!r}\n",
-             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-                                 + "".join(f"Requires-Dist: {r}\n" for r in requires),
-             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: imgbuild-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    files[f"{info}/RECORD"] = "\n".join(record + [f"{info}/RECORD,,"]) + "\n"
-    out = folder / "files" / f"{dist}-{version}-py3-none-any.whl"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(out, "w") as z:
-        for path, text in files.items():
-            z.writestr(zipfile.ZipInfo(path, date_time=(2026, 1, 1, 0, 0, 0)), text)
-    return out
-
-
-def _publish(root: Path) -> None:
-    """The PEP 503 pages of every wheel under root/files (each link with its sha256, as PyPI gives it)."""
-    by_name: dict = {}
-    for whl in sorted((root / "files").glob("*.whl")):
-        by_name.setdefault(whl.name.split("-")[0].replace("_", "-"), []).append(whl)
-    for name, wheels in by_name.items():
-        page = root / "simple" / name / "index.html"
-        page.parent.mkdir(parents=True, exist_ok=True)
-        page.write_text("<html><body>" + "".join(
-            f'<a href="../../files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">{w.name}</a>'
-            for w in wheels) + "</body></html>")
-
-
-@pytest.fixture
-def index(tmp_path, serve):
-    """A package index on the host's loopback (builds reach it with the host network): demo-app 1.0,
-    which asks for demo-dep>=1.0, and demo-dep 1.0. A test publishes more."""
-    root = tmp_path / "index"
-    _wheel(root, "imgbuild-demo-app", "1.0", ("imgbuild-demo-dep>=1.0",))
-    _wheel(root, "imgbuild-demo-dep", "1.0")
-    _publish(root)
-    return {"root": root, "url": serve(root) + "/simple"}
-
-
-KIND = """description: A Python environment on the mirrored Debian image with pinned packages (the test's own kind).
-role: base
-base_family: debian
-provides: [python]
-params:
-  packages:
-    type: requirements
-    default: []
-checks:
-  - id: pip-check
-    check: pip-check
-"""
-FRAGMENT = """{% import "macros.j2" as m %}
-{{ m.apt(["python3", "python3-venv"]) }}
-{{ m.venv() }}
-RUN {{ m.net() }}
-    {{ m.net_env() }}
-    python -m pip install --progress-bar off {{ params.packages | shjoin }}
-"""
-
-
-def _site(work: Path, name: str, namespace: str, above: list | None = None) -> Path:
-    folder = work / name
-    (folder / "layers" / "demo-env").mkdir(parents=True)
-    (folder / "layers" / "demo-env" / "kind.yaml").write_text(KIND)
-    (folder / "layers" / "demo-env" / "fragment.j2").write_text(FRAGMENT)
-    data = {"version": 1, "site": {"registry": REGISTRY, "namespace": namespace},
-            "bases": {"debian-bookworm": yaml.safe_load((ROOT / "stacks.yaml").read_text())["bases"]["debian-bookworm"]},
-            "layers": {"demo": {"kind": "demo-env", "params": {"packages": ["imgbuild-demo-app==1.0"]}}},
-            "stacks": {"demo": {"base": "debian-bookworm", "layers": ["demo"], "tags": ["{stack}"]}}}
-    if above:   # a pip layer above the demo environment, with these requirements
-        data["layers"]["plugin"] = {"kind": "pip", "params": {"packages": above}}
-        data["stacks"]["demo"]["layers"].append("plugin")
-    (folder / "stacks.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    return folder / "stacks.yaml"
-
 
 def _build_and_freeze(work: Path, f: Path, env: dict) -> tuple[str, str]:
     """Build the demo stack; (its key, `pip list --format=freeze` inside the image it released)."""
