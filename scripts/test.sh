@@ -14,6 +14,8 @@
 #                  docker and registry in one process, in file order: that half is compiles and containers
 #                  on the same 2 cores, and two workers showed no gain there (same measurements). The exit
 #                  code is the first failing half's; either half collecting no test is exit 5.
+# Each half writes JUnit XML under .imgbuild/test-results/; scripts/test-times.py then prints each half's time
+# and the 15 slowest tests of the whole run (the budget: docs/development.md#the-suites-budget).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORKERS="${IMGBUILD_TEST_WORKERS:-2}"
@@ -25,17 +27,21 @@ if [ "${1:-}" = "--quick" ]; then
     # shellcheck disable=SC2046
     exec .venv/bin/python -m pytest tests -m "not docker and not registry" $(xdist) "$@"
 fi
-bash scripts/setup-host.sh        # engine, registry, base, git mirror: what building needs
+IMGBUILD_ARM64=1 bash scripts/setup-host.sh   # engine, registry, base (an index with arm64: the platform tests), git mirror
 bash scripts/setup-test-host.sh   # what only tests need: skopeo, rsync, export's tools, Slurm, gitlab-ci-local, nvcc
 bash scripts/reclaim.sh      # what earlier test runs left in the engine and the registry; fails if the disk is short
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q -e '.[test]'
 export IMGBUILD_REQUIRE_DOCKER=1 IMGBUILD_REQUIRE_CUDA_TOOLCHAIN=1
+results=.imgbuild/test-results
+mkdir -p "$results"
+rm -f "$results"/free.xml "$results"/engine.xml
 set +e
 # shellcheck disable=SC2046
-.venv/bin/python -m pytest tests -m "not docker and not registry" $(xdist) "$@"
+.venv/bin/python -m pytest tests -m "not docker and not registry" $(xdist) --junitxml="$results/free.xml" "$@"
 free=$?
-.venv/bin/python -m pytest tests -m "docker or registry" "$@"
+.venv/bin/python -m pytest tests -m "docker or registry" --junitxml="$results/engine.xml" "$@"
 engine=$?
+python3 scripts/test-times.py -n 15 "$results/free.xml" "$results/engine.xml"
 echo "test.sh: the tests without an engine exited $free, those with the engine and registry $engine"
 for rc in "$free" "$engine"; do [ "$rc" -eq 0 ] || exit "$rc"; done
