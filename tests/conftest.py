@@ -57,9 +57,8 @@ def pytest_runtest_setup(item):
 # loadgroup, which could keep several files on one worker, does nothing under pytest 9: it renames
 # item._nodeid, which pytest 9 no longer reads.) Every docker file depends only on `first` and on its
 # own earlier tests, never on another file's. Under xdist the files are handed out longest first: the
-# CUDA stacks' file (its first test needs no `first`: the worker starts it at once), then the files that
-# build on this session's cpu-smoke (`first`, `work`), the other docker files, the slow unit files, the
-# rest. Without xdist nothing is reordered.
+# files that build on this session's cpu-smoke (`first`, `work`), the other docker files, the slow unit
+# files, the rest. Without xdist nothing is reordered.
 SHARED_STATE = {"work", "first"}
 
 
@@ -72,8 +71,7 @@ def pytest_collection_modifyitems(config, items):
 
     def rank(item) -> int:
         name = item.path.name
-        return (0 if name == "test_docker_cuda.py" else 1 if name in shared else 2 if name in docker
-                else 3 if name in slow else 4)
+        return 1 if name in shared else 2 if name in docker else 3 if name in slow else 4
 
     items.sort(key=rank)
 
