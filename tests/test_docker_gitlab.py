@@ -224,7 +224,7 @@ def test_gitlab_ci_local_reads_a_two_platform_pipeline_with_its_arm64_jobs(tmp_p
     """Issue 22: the child pipeline of a stack of two platforms, as gitlab-ci-local parses it (its JSON schema
     validation and its dependency chain check): one job per (layer, platform), the arm64 ones on the arm64
     runners of site.ci.platform_runner_tags, and the release needing both chains. Not run: its arm64 half is
-    13 minutes of emulation (tests/test_docker_platforms.py builds the same stack with imgbuild itself)."""
+    13 minutes of emulation (tests/test_docker_platforms.py builds a tiny stack of both platforms with imgbuild itself)."""
     if not shutil.which("gitlab-ci-local"):
         pytest.fail("gitlab-ci-local not installed (scripts/setup-test-host.sh installs it)")
     data = yaml.safe_load((ROOT / "stacks.yaml").read_text())
