@@ -27,10 +27,10 @@ from pathlib import Path
 import yaml
 
 from builder.errors import SpecError
-from builder.load import platforms as plat
+from builder.core import platforms as plat
 from builder.plan.keys import Node, Plan, make_plan
 from builder.load.spec import Spec
-from builder.rules import catalog
+from builder.core import catalog
 
 SYSTEMS = ("gitlab", "github")
 KEY_SHOWN = 12                     # hex digits of the key in a job name

@@ -16,7 +16,7 @@ import typer
 from builder import __version__
 from builder.errors import ImgbuildError, Interrupted, PreflightError, SpecError, SpecErrors
 from builder.plan.keys import KEY_LEN, image_ref, make_plan
-from builder.load.platforms import PLATFORMS
+from builder.core.platforms import PLATFORMS
 from builder.load.spec import Spec, load_spec
 from builder.redact import redact
 from builder.textsafe import terminal
@@ -575,7 +575,7 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
          as_json: bool = JsonOpt) -> None:
     """Lint a stacks file (its values and every rendered Dockerfile) or hand-written Dockerfiles."""
     from builder.rules.findings import errors, ordered, strict as make_strict, summary
-    from builder.rules.dockerfile import dockerfiles_in
+    from builder.core.dockerfile import dockerfiles_in
     from builder.rules.lint import lint_dockerfile
     from builder.rules.review import review
     json_mode("lint", as_json)
@@ -654,7 +654,7 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
         spec = load_spec(file, kinds=kinds or None)
         name = select(spec, [target], False)[0]
         image = nodecheck.released_image(spec, name) if from_log is None and squashfs is None else target
-        env = nodecheck.runtime_env(spec.stack(name))
+        env = spec.stack(name).runtime_env()
         framework = framework or nodecheck.framework_of(spec.stack(name))
     else:
         image = target
@@ -801,7 +801,7 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     if check:
         intents = Intents(accept=True, refs=refs, digests=digests, lock_file=lock_file.name)
         spec = load_spec(file, kinds=kinds or None, intents=intents)
-        from builder.plan.lockfile import stale_entries
+        from builder.load.intent import stale_entries
         stale = (stale_entries(spec)
                  + [f"sources: {repo} at {ref!r} has no commit (imgbuild lock resolves it)"
                     for repo, ref in sorted(intents.used - set(refs))]

@@ -21,7 +21,7 @@ import yaml
 
 from conftest import DOCKER, run_cli
 from e2e import NEEDLES, NS, REGISTRY, ROOT, imgbuild, reports, stacks_file
-from builder.plan.lockfile import load_lock
+from builder.core.lockfile import load_lock
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 

@@ -17,7 +17,7 @@ from builder.errors import SpecError
 from builder.load.intent import Intents, floating, layer_intents
 from builder.load.spec import load_spec
 from builder.plan.keys import make_plan
-from builder.plan.lockfile import LockedDist, LockedPython, load_lock
+from builder.core.lockfile import LockedDist, LockedPython, load_lock
 from builder.plan.pinning import pinned, requirement_lines
 from builder.ship.lock import lock as write_lock
 from builder.ship.resolve import read_report

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from conftest import GOLDEN, STACKS, run_cli, write_stacks
-from builder.rules.dockerfile import parse
+from builder.core.dockerfile import parse
 from builder.rules.lint import lint_dockerfile, lint_rendered, lint_spec
 from builder.plan.keys import make_plan
 from builder.load.spec import load_spec
@@ -255,7 +255,7 @@ def test_shell_words_are_read_like_shlex_and_in_linear_time():
     import random
     import shlex
     import time
-    from builder.rules.shell import words
+    from builder.core.shell import words
     rng = random.Random(7)
     for _ in range(20000):
         text = "".join(rng.choice("ab '\"\\ \t$-=\n") for _ in range(rng.randint(0, 16)))
@@ -273,7 +273,7 @@ def test_shell_segments_are_slices_in_linear_time():
     """segments() splits on ; && || | and newlines outside quotes; it grew each segment a character at a
     time (a copy per quote: 50,000 quoted apt names took 2.9 s, 180,000 over 30 s)."""
     import time
-    from builder.rules.shell import segments
+    from builder.core.shell import segments
     assert segments("a && b 'c;d' | e\nf") == [("a", "&&", 0), ("b 'c;d'", "|", 5), ("e", "\n", 15), ("f", "", 17)]
     assert segments('x="a || b"; y') == [('x="a || b"', ";", 0), ("y", "", 12)]
     start = time.perf_counter()

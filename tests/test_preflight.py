@@ -543,7 +543,7 @@ def reported_rule_ids() -> set:
     import inspect
 
     import builder.rules.preflight
-    from builder.rules import catalog
+    from builder.core import catalog
     source = [line for line in inspect.getsource(builder.rules.preflight).splitlines()
               if not line.lstrip().startswith("@rule(")]
     ids = set(re.findall(r'"(IB0\d\d)"', "\n".join(source)))
@@ -561,7 +561,7 @@ def test_every_registered_rule_has_a_failing_case(tmp_path):
     """Each registered rule, run on its own, produces the finding of at least one failing case (so that
     IB040 and IB041 are two rules, and IB030 is covered by a case that its own check reports)."""
     from builder.rules.facts import resolve
-    from builder.plan.lockfile import load_lock
+    from builder.core.lockfile import load_lock
     from builder.rules.preflight import Ctx
 
     covered: dict = {r.id: [] for r in RULES}

@@ -103,7 +103,7 @@ def test_measured_absence_of_cuda_wins_over_the_declared_one(tmp_path):
     declared > catalog): a lock that measured no CUDA toolkit (cuda: null) means no CUDA ops are compiled,
     and render and preflight agree on it."""
     from builder.rules.facts import resolve
-    from builder.plan.lockfile import load_lock
+    from builder.core.lockfile import load_lock
     file = write_spec(tmp_path, {"s": {"base": "ngc-decl", "layers": ["site", "ds"]}},
                       lock=("ngc-decl", {"cuda": None}))
     spec = load_spec(file)

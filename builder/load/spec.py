@@ -16,14 +16,15 @@ from typing import Any, Callable
 
 from packaging.version import InvalidVersion, Version
 
-from builder.rules import catalog
-from builder.load import ciconf, k8sconf, platforms, retention, versions
+from builder.core import catalog
+from builder.core import platforms
+from builder.load import ciconf, k8sconf, retention, versions
 from builder.load.ciconf import CiSettings
 from builder.errors import SpecError, SpecErrors
 from builder.load.kinds import FAMILIES, NGC_FAMILIES, Kind, load_kinds
 from builder.load.intent import Intents, lock_path, read_pins, reading
 from builder.load.params import VERSION_RANGE, ParamError, WheelPins, files_root, not_exact, text, type_name, version
-from builder.load.yamlsrc import Doc, load_file
+from builder.core.yamlsrc import Doc, load_file
 from builder.redact import redact
 
 NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*\Z")  # \Z: "$" would accept a trailing newline
@@ -187,6 +188,20 @@ class Stack:
         """TORCH_CUDA_ARCH_LIST for the target GPUs, sorted numerically, e.g. '8.0;9.0'."""
         return arch_list(self.gpus)
 
+    def runtime_env(self) -> dict:
+        """The variables the stack's runtime layers set in the image (its NCCL and IB settings): a batch job
+        exports them for every task, as a training job on those nodes would run; the stack card records them."""
+        out = {}
+        for layer in self.chain:
+            if layer.kind.role != "runtime":
+                continue
+            for pname, param in layer.kind.params.items():
+                if param.type == "env":
+                    for var, value in dict(layer.params).get(pname) or ():
+                        if isinstance(value, str):
+                            out[var] = value
+        return out
+
     def layer_definition(self, layer: str, base_digest: str | None) -> str:
         """What a measurement of a layer's image stands for: the base (reference and digest) and the
         definitions of that layer and every layer beneath it (kind, its files, parameters). A lock file
@@ -349,7 +364,7 @@ class _Loader:
         if not read:
             self.incomplete.add("site")
             site = Site()
-        from builder.plan.lockfile import load_lock   # here: lockfile reads Spec
+        from builder.core.lockfile import load_lock   # here: lockfile reads Spec
         lock = load_lock(file)
         bases = self.bases(data, site, lock)
         with files_root(file.resolve().parent):   # `file` parameters (patches, configs) live beside stacks.yaml

@@ -70,21 +70,6 @@ def released_image(spec: Spec, stack: str) -> str:
     return f"{spec.site.registry}/{repo}@{digest}"
 
 
-def runtime_env(stack) -> dict:
-    """The variables the stack's runtime layers set in the image (its NCCL and IB settings): a batch job
-    exports them for every task, as a training job on those nodes would run."""
-    out = {}
-    for layer in stack.chain:
-        if layer.kind.role != "runtime":
-            continue
-        for pname, spec in layer.kind.params.items():
-            if spec.type == "env":
-                for var, value in dict(layer.params).get(pname) or ():
-                    if isinstance(value, str):
-                        out[var] = value
-    return out
-
-
 def framework_of(stack) -> str:
     """The worker a stack's images take: jax where a layer of its chain provides jax, else torch."""
     return "jax" if any("jax" in layer.kind.provides for layer in stack.chain) else "torch"
@@ -215,5 +200,5 @@ def table(report: NodeReport) -> str:
     return "\n".join(rows)
 
 
-__all__ = ["NodeCheckFailed", "NodeReport", "released_image", "run", "runtime_env", "table", "framework_of",
+__all__ = ["NodeCheckFailed", "NodeReport", "released_image", "run", "table", "framework_of",
            "worker_file", "WORKER", "JAX_WORKER", "IN_IMAGE"]

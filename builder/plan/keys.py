@@ -23,9 +23,9 @@ from builder.errors import SpecError
 from builder.load.kinds import CheckSpec
 from builder.plan.layout import layer_repo
 from builder.load.intent import UNPINNED_DOWNLOAD, layer_intents, lock_path, unresolved_refs
-from builder.plan.lockfile import load_lock
+from builder.core.lockfile import load_lock
 from builder.plan import pinning
-from builder.load import platforms as plat
+from builder.core import platforms as plat
 from builder.load.params import FileRef, GitPin, Uninstall, WheelPin
 from builder.plan.render import CudaTargets, render_layer
 from builder.load.spec import LayerDef, Spec, Stack

@@ -15,16 +15,17 @@ from typing import Callable, Iterable, Iterator
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from builder.rules import catalog
-from builder.load import platforms as plat, versions
+from builder.core import catalog
+from builder.core import platforms as plat
+from builder.load import versions
 from builder.load.params import Download, WheelPin, WheelPins
-from builder.rules.catalog import Known, driver_tuple
+from builder.core.catalog import Known, driver_tuple
 from builder.rules.facts import agree, ORIGINS, Fact, StackFacts, major_minor, resolve
 from builder.rules.findings import Finding, ordered, strict as make_strict
 from builder.rules.lint import ARCH_VARIANT
-from builder.plan.lockfile import load_lock
+from builder.core.lockfile import load_lock
 from builder.load.spec import LayerDef, Spec, Stack
-from builder.load.yamlsrc import dotted
+from builder.core.yamlsrc import dotted
 
 @dataclass(frozen=True)
 class Rule:
@@ -54,7 +55,7 @@ class Ctx:
     spec: Spec
     stack: Stack
     facts: StackFacts
-    lock: object = None   # the lock file (builder.plan.lockfile.Lock), where there is one
+    lock: object = None   # the lock file (builder.core.lockfile.Lock), where there is one
 
     def stack_key(self, *rest) -> tuple:
         """Where in stacks.yaml this stack's `rest[0]` is written: the stack itself or one it extends."""
@@ -594,7 +595,7 @@ def megatron(ctx: Ctx) -> Iterator[Finding]:
     rel = catalog.megatron_release(version=fact.value)
     if rel is None:
         yield ctx.unknown("IB060", key, f"megatron-core {fact.value} is not in the catalog: its Python and torch "
-                          "requirements are not known", fix="add the release to builder/rules/data/catalog.yaml")
+                          "requirements are not known", fix="add the release to builder/core/data/catalog.yaml")
         return
     known = Known(rel.version, rel.source, rel.verified)
     pinned = dict(layer.params)["source"].commit

@@ -15,14 +15,14 @@ from typing import Callable
 from packaging.utils import canonicalize_name
 
 from builder.errors import PreflightError, SpecError
-from builder.load.yamlsrc import dotted
+from builder.core.yamlsrc import dotted
 from builder.load.intent import layer_intents, unresolved_refs
-from builder.rules import catalog
+from builder.core import catalog
 from builder.rules import lint as lint_module
 from builder.rules import preflight as preflight_module
 from builder.rules.findings import Finding, errors, ordered, strict as make_strict, summary
 from builder.rules.lint import lint_rendered, lint_spec
-from builder.plan.lockfile import Lock, load_lock
+from builder.core.lockfile import Lock, load_lock
 from builder.plan.keys import Plan, make_plan, python_entry
 from builder.rules.preflight import preflight
 from builder.load.spec import Spec

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from builder.errors import RegistryError
-from builder.plan.lockfile import load_lock
+from builder.core.lockfile import load_lock
 from builder.ship.oci import platform_digests
 from builder.ship.registry import Ref, Registry
 from builder.load.spec import Spec

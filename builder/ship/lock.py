@@ -19,7 +19,7 @@ from typing import Callable
 import yaml
 
 from builder.load import versions
-from builder.load import platforms as plat
+from builder.core import platforms as plat
 from builder.ship.bases import resolve
 from builder.ship.engines import engines
 from builder.ship.hostconf import HostConf
@@ -29,7 +29,7 @@ from builder.ship.checks import PROBE
 from builder.ship.engine import Engine
 from builder.errors import EngineError, ImgbuildError, SpecError
 from builder.plan.layout import layer_repo
-from builder.plan.lockfile import LOCK_VERSION, load_lock, lock_path
+from builder.core.lockfile import LOCK_VERSION, load_lock, lock_path
 from builder.plan.keys import make_plan
 from builder.ship.registry import Registry
 from builder.load.intent import HOST_PINNED, Intents, layer_intents
