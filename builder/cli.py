@@ -793,14 +793,14 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     the lock holds the truth, and nothing is built from intent."""
     from builder.ship.engine import Engine
     from builder.ship.lock import check_upgrade, lock as run_lock, lock_stack
-    from builder.load.intent import Intents, lock_path, read_pins
+    from builder.load.intent import Intents, lock_path
     from packaging.utils import canonicalize_name
     json_mode("lock", as_json)
     lock_file = lock_path(file)
-    refs, stamps, digests, digest_stamps = read_pins(lock_file)
     if check:
-        intents = Intents(accept=True, refs=refs, digests=digests, lock_file=lock_file.name)
+        intents = Intents(accept=True, lock_file=lock_file.name, pinned_by_lock=True)
         spec = load_spec(file, kinds=kinds or None, intents=intents)
+        refs, digests = intents.refs, intents.digests
         from builder.load.intent import stale_entries
         stale = (stale_entries(spec)
                  + [f"sources: {repo} at {ref!r} has no commit (imgbuild lock resolves it)"
@@ -826,8 +826,8 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     from builder.ship.hostconf import HostConf
     names = {canonicalize_name(n) for n in upgrade or ()}
     ca_bundle = HostConf.from_env().ca_bundle
-    hosted = dict(digests=digests, digest_stamps=digest_stamps, fetch=lambda url: digest_of(url, ca_bundle))
-    intents = Intents(accept=True, refs=refs, resolve=ls_remote, stamps=stamps, lock_file=lock_file.name, **hosted)
+    fetch = lambda url: digest_of(url, ca_bundle)   # noqa: E731
+    intents = Intents(accept=True, resolve=ls_remote, fetch=fetch, lock_file=lock_file.name, pinned_by_lock=True)
     spec = load_spec(file, kinds=kinds or None, intents=intents)
     moved = {n for n in upgrade or () if n in spec.layers}   # layers whose git refs and downloads are resolved again
     if moved:
@@ -835,12 +835,11 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
                  if getattr(value, "ref", None) for key in [(value.repo, value.ref)]}
         urls = {d.url for name in moved for _, value in spec.layers[name].params if isinstance(value, tuple)
                 for d in value if hasattr(d, "sha256") and hasattr(d, "url")}
-        hosted.update(digests={u: v for u, v in digests.items() if u not in urls},
-                      digest_stamps={u: v for u, v in digest_stamps.items() if u not in urls})
-        intents = Intents(accept=True, refs={k: v for k, v in refs.items() if k not in again}, resolve=ls_remote,
+        intents = Intents(accept=True, refs={k: v for k, v in intents.refs.items() if k not in again}, resolve=ls_remote,
                           stamps={k: v for k, v in intents.stamps.items() if k not in again}, lock_file=lock_file.name,
-                          **hosted)
-        spec = load_spec(file, kinds=kinds or None, intents=intents)
+                          digests={u: v for u, v in intents.digests.items() if u not in urls},
+                          digest_stamps={u: v for u, v in intents.digest_stamps.items() if u not in urls}, fetch=fetch)
+        spec = load_spec(file, kinds=kinds or None, intents=intents, lock=spec.lock)   # the lock as read above
     bases, layers, python, stacks = [], [], [], []
     for item in targets or [f"base={b}" for b in spec.bases]:
         key, _, name = item.partition("=")
@@ -862,14 +861,14 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
                         "(python=LAYER or stack=NAME)")
     check_upgrade(spec, names - {canonicalize_name(m) for m in moved}, python, stacks)
     engine = Engine.detect(docker)
-    path, failures = (run_lock(spec, bases, engine, say=lambda line: echo(line), layers=layers, python=python,
-                               upgrade=frozenset(names), intents=intents)
-                      if bases or layers or python or not stacks else (None, []))
+    path, failures, current = (run_lock(spec, bases, engine, say=lambda line: echo(line), layers=layers,
+                                        python=python, upgrade=frozenset(names), intents=intents)
+                               if bases or layers or python or not stacks else (None, [], spec.lock))
     for name in stacks:
         if failures:
             break
-        path, failures = lock_stack(spec, name, engine, say=lambda line: echo(line), upgrade=frozenset(names),
-                                    intents=intents)
+        path, failures, current = lock_stack(spec, name, engine, say=lambda line: echo(line),
+                                             upgrade=frozenset(names), intents=intents, current=current)
     total = len(bases) + len(layers) + len(python) + len(stacks)
     if failures:
         raise failures[0].__class__(f"{len(failures)} of {total} target(s) not locked (see above); "

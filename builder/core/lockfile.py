@@ -136,11 +136,22 @@ class Lock:
 
 
 def load_lock(spec_file: str | Path) -> Lock | None:
+    """The lock file beside `spec_file`, or None where there is none. builder.load.spec.load_spec is its one
+    reader: everything else takes Spec.lock."""
     path = lock_path(spec_file)
     if not path.is_file():
         return None
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise SpecError(f"not a lock file imgbuild wrote: {exc}", file=str(path),
+                        hint="delete it and run imgbuild lock again") from None
+    return parse_lock(data, path)
+
+
+def parse_lock(data: dict, path: str | Path) -> Lock:
+    """The lock file's data (as read, or as `imgbuild lock` writes it) as a Lock; refused as a SpecError."""
+    try:
         if data.get("version") != LOCK_VERSION or not isinstance(data.get("bases"), dict):
             raise ValueError(f"expected version: {LOCK_VERSION} and a bases mapping")
         bases = {name: LockedBase(image=str(rec["image"]), digest=str(rec["digest"]), probed=str(rec["probed"]),
@@ -154,7 +165,7 @@ def load_lock(spec_file: str | Path) -> Lock | None:
         python = {name: entries[0] for name, entries in python_all.items() if entries}
         sources = tuple(_source(rec) for rec in data.get("sources") or [])
         downloads = tuple(_download(rec) for rec in data.get("downloads") or [])
-    except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise SpecError(f"not a lock file imgbuild wrote: {exc}", file=str(path),
                         hint="delete it and run imgbuild lock again") from None
     return Lock(file=str(path), bases=bases, layers=layers, python=python, sources=sources, python_all=python_all,
@@ -224,4 +235,4 @@ def _facts(rec: dict) -> dict:
     return {k: None if v is None else str(v) for k, v in (rec.get("facts") or {}).items()}
 
 
-__all__ = ["Lock", "LockedBase", "LockedPlatform", "LockedDist", "LockedLayer", "LockedPython", "LockedSource", "LOCK_VERSION", "load_lock", "lock_path"]
+__all__ = ["Lock", "LockedBase", "LockedPlatform", "LockedDist", "LockedLayer", "LockedPython", "LockedSource", "LOCK_VERSION", "load_lock", "lock_path", "parse_lock"]

@@ -28,7 +28,7 @@ from typing import Callable
 import yaml
 from packaging.requirements import Requirement
 
-from builder.core.lockfile import load_lock, lock_path
+from builder.core.lockfile import lock_path
 from builder.core.platforms import DEFAULT as DEFAULT_PLATFORM
 
 # A git ref a site may float on: a tag or branch name as `git check-ref-format` allows it (plain names
@@ -58,6 +58,9 @@ class Intents:
     found_digests: dict = field(default_factory=dict)
     digest_stamps: dict = field(default_factory=dict)
     used_urls: set = field(default_factory=set)
+    # Take refs, digests and their stamps from the lock file load_spec reads (the one read of it), rather
+    # than from the fields given here.
+    pinned_by_lock: bool = False
 
     def commit(self, repo: str, ref: str) -> str | None:
         self.used.add((repo, ref))
@@ -160,32 +163,21 @@ def git_requirement(url: str) -> dict | None:
             "sub": fragment[len("subdirectory="):] if fragment else None}
 
 
-def read_pins(lock_file: Path) -> tuple[dict, dict, dict, dict]:
-    """What the lock file pins on the host, read once: from `sources:` (repo, ref) -> commit and -> when it was
-    recorded, from `downloads:` url -> sha256 and -> when; empty where there is no such file or section. Read
-    leniently here: builder.core.lockfile reads the whole file strictly (and refuses a malformed value)."""
-    try:
-        data = yaml.safe_load(lock_file.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        data = {}
-    data = data if isinstance(data, dict) else {}
-    refs, stamps, digests, digest_stamps = {}, {}, {}, {}
-    for rec in data.get("sources") or []:
-        if isinstance(rec, dict) and SHA40.match(str(rec.get("commit", ""))):
-            key = (str(rec.get("repo")), str(rec.get("ref")))
-            refs[key], stamps[key] = str(rec["commit"]), str(rec.get("resolved", ""))
-    for rec in data.get("downloads") or []:
-        if isinstance(rec, dict) and SHA256_HEX.match(str(rec.get("sha256", ""))):
-            url = str(rec.get("url"))
-            digests[url], digest_stamps[url] = str(rec["sha256"]), str(rec.get("resolved", ""))
-    return refs, stamps, digests, digest_stamps
+def pins(lock) -> dict:
+    """What the lock file (a Lock, or None) pins on the host, as Intents takes it: from `sources:` (repo, ref)
+    -> commit and -> when it was recorded, from `downloads:` url -> sha256 and -> when."""
+    sources, downloads = (lock.sources, lock.downloads) if lock is not None else ((), ())
+    return {"refs": {(s.repo, s.ref): s.commit for s in sources},
+            "stamps": {(s.repo, s.ref): s.resolved for s in sources},
+            "digests": {d.url: d.sha256 for d in downloads},
+            "digest_stamps": {d.url: d.resolved for d in downloads}}
 
 
 def stale_entries(spec) -> list[str]:
     """What of the lock file no longer stands for the stacks file, a line each: a base entry probed from
     another image, a layer or Python entry whose layer, a layer beneath it or the base changed (its
     definition), or whose layer or stack is gone. No lock file at all is one line too."""
-    lock = load_lock(spec.file)
+    lock = spec.lock
     if lock is None:
         return [f"{lock_path(spec.file)}: no lock file (imgbuild lock writes it)"]
     out = []
@@ -226,5 +218,5 @@ def stale_entries(spec) -> list[str]:
     return out
 
 
-__all__ = ["HOST_PINNED", "INTENTS", "Intents", "REF", "floating", "git_requirement", "layer_intents", "lock_path", "read_pins", "stale_entries",
+__all__ = ["HOST_PINNED", "INTENTS", "Intents", "REF", "floating", "git_requirement", "layer_intents", "lock_path", "pins", "stale_entries",
            "reading", "unresolved_refs"]

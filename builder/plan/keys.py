@@ -23,7 +23,6 @@ from builder.errors import SpecError
 from builder.load.kinds import CheckSpec
 from builder.plan.layout import layer_repo
 from builder.load.intent import UNPINNED_DOWNLOAD, layer_intents, lock_path, unresolved_refs
-from builder.core.lockfile import load_lock
 from builder.plan import pinning
 from builder.core import platforms as plat
 from builder.load.params import FileRef, GitPin, Uninstall, WheelPin
@@ -261,14 +260,14 @@ def make_plan(spec: Spec, stacks: Iterable[str] | None = None, digests: dict | N
               intent: bool = False) -> Plan:
     """Plan the named stacks (all when None). digests maps base names to digests resolved from a
     registry or lock file; without them a base's declared digest is used, else the keys are provisional.
-    lock: the lock file (default: the one beside the stacks file), whose resolved pip sets each layer
+    lock: the lock file (default: the one read with the stacks file, Spec.lock), whose resolved pip sets each layer
     installs, and whose sets are part of the keys. A layer whose requirements float (a range, a git tag,
     a requirements file) is refused where the lock has no current set for it, unless intent is True
     (`imgbuild lock`, which resolves it, and the review, which reports it as IB098): nothing is built,
     rendered or keyed from intent."""
     digests = digests or {}
-    if lock is None and spec.file:
-        lock = load_lock(spec.file)
+    if lock is None:
+        lock = spec.lock
     plan = Plan(spec=spec)
     # A layer's text depends only on its definition, the base and the arch targets (layer_context),
     # so stacks that share a layer on the same base render it once.

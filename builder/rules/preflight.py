@@ -23,7 +23,6 @@ from builder.core.catalog import Known, driver_tuple
 from builder.rules.facts import agree, ORIGINS, Fact, StackFacts, major_minor, resolve
 from builder.rules.findings import Finding, ordered, strict as make_strict
 from builder.rules.lint import ARCH_VARIANT
-from builder.core.lockfile import load_lock
 from builder.load.spec import LayerDef, Spec, Stack
 from builder.core.yamlsrc import dotted
 
@@ -923,7 +922,7 @@ def _judged_on(stack: Stack, finding: Finding, platform: str) -> bool:
 def preflight(spec: Spec, stacks: Iterable[str], lock=None, strict: bool = False) -> list[Finding]:
     """Findings of every rule for the named stacks; lock: a builder.ship.lock.Lock, else the lock file beside
     the spec is read when there is one. strict: warnings become errors."""
-    lock = lock if lock is not None else load_lock(spec.file)
+    lock = lock if lock is not None else spec.lock
     out: list[Finding] = []
     for name in stacks:
         stack = spec.stack(name)

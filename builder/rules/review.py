@@ -22,7 +22,7 @@ from builder.rules import lint as lint_module
 from builder.rules import preflight as preflight_module
 from builder.rules.findings import Finding, errors, ordered, strict as make_strict, summary
 from builder.rules.lint import lint_rendered, lint_spec
-from builder.core.lockfile import Lock, load_lock
+from builder.core.lockfile import Lock
 from builder.plan.keys import Plan, make_plan, python_entry
 from builder.rules.preflight import preflight
 from builder.load.spec import Spec
@@ -76,7 +76,7 @@ def review(spec: Spec, stacks: list[str], strict: bool = False, require_locked: 
     measured from the image stacks.yaml names now is an error (IB092), for a site CI that wants every
     fact measured rather than declared or from the catalog."""
     check_waivers(spec, stacks)
-    lock = load_lock(spec.file)
+    lock = spec.lock
     # Rendered Dockerfiles do not depend on base digests (the parent is a build argument), so the plan
     # here needs no registry.
     plan = make_plan(spec, stacks, intent=True)
