@@ -28,7 +28,7 @@ import yaml
 
 from builder.errors import SpecError
 from builder.core import platforms as plat
-from builder.plan.keys import Node, Plan, make_plan
+from builder.plan.keys import Node, Plan
 from builder.load.spec import Spec
 from builder.core import catalog
 
@@ -100,17 +100,11 @@ def has_gpu_checks(node: Node) -> bool:
     return any(c.gpu for c in node.checks)
 
 
-def plan_for(spec: Spec, names: list[str], offline: bool) -> tuple[Plan, list[str]]:
-    """The plan with base digests resolved the way `build` resolves them (any registry a base names), so
-    that the keys in the pipeline are the keys its node jobs compute. offline: ask no registry; bases
-    neither pinned nor locked keep provisional keys (said in the notes) and their node jobs will fail."""
-    from builder.ship.bases import resolve
-    bases = resolve(spec, names, lookup="none" if offline else "all")
-    if bases.unresolved and not offline:
-        bases.require()   # raises, naming the base
-    notes = [f"base {name}: {why}; its keys are provisional, so the node jobs of the stacks on it will refuse "
-             "(`imgbuild lock` or a declared digest fixes the keys)" for name, why in sorted(bases.unresolved.items())]
-    return make_plan(spec, names, bases.digests), notes
+def base_notes(bases) -> list[str]:
+    """What a pipeline's first lines say of the bases the prepared plan (builder.prepared) could not resolve:
+    their keys are provisional, so the node jobs of the stacks on them will refuse."""
+    return [f"base {name}: {why}; its keys are provisional, so the node jobs of the stacks on it will refuse "
+            "(`imgbuild lock` or a declared digest fixes the keys)" for name, why in sorted(bases.unresolved.items())]
 
 
 def _gpu_choice(spec: Spec, plan: Plan, system: str, stack: str) -> tuple[str, tuple] | None:
@@ -369,14 +363,14 @@ def write(path: Path, text: str) -> None:
         raise
 
 
-def generate(spec: Spec, names: list[str], system: str, *, imgbuild: str = "imgbuild", common: tuple = (),
-             regenerate: tuple = (), workflow: str = GITHUB_WORKFLOW, offline: bool = False,
-             plan: Plan | None = None) -> tuple[str, list[str]]:
-    """(pipeline YAML, notes) for the selected stacks. regenerate and workflow are GitHub's: the
-    `imgbuild` arguments that write this workflow again and the path it is committed under."""
-    notes: list[str] = []
-    if plan is None:
-        plan, notes = plan_for(spec, names, offline)
+def generate(prepared, system: str, *, imgbuild: str = "imgbuild", common: tuple = (),
+             regenerate: tuple = (), workflow: str = GITHUB_WORKFLOW, offline: bool = False) -> tuple[str, list[str]]:
+    """(pipeline YAML, notes) for the prepared stacks (builder.prepared), their bases resolved the way
+    `build` resolves them (any registry a base names), so that the keys in the pipeline are the keys its
+    node jobs compute; prepared offline (offline: the file's first line says so), bases neither pinned nor
+    locked keep provisional keys (said in the notes). regenerate and workflow are GitHub's: the `imgbuild` arguments that write this workflow again
+    and the path it is committed under."""
+    spec, names, plan, notes = prepared.spec, prepared.names, prepared.locked(), base_notes(prepared.bases)
     if "--offline" in regenerate:
         raise ValueError("the self-check regenerates online: --offline never reaches it")
     pipe = pipeline(spec, plan, names, system, common)
@@ -385,4 +379,4 @@ def generate(spec: Spec, names: list[str], system: str, *, imgbuild: str = "imgb
     return (OFFLINE_LINE if offline else "") + text, notes + pipe.notes
 
 
-__all__ = ["generate", "pipeline", "plan_for", "job_id", "Job", "Pipeline", "SYSTEMS"]
+__all__ = ["generate", "pipeline", "base_notes", "job_id", "Job", "Pipeline", "SYSTEMS"]

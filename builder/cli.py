@@ -15,9 +15,10 @@ import typer
 
 from builder import __version__
 from builder.errors import ImgbuildError, Interrupted, PreflightError, SpecError, SpecErrors
-from builder.plan.keys import KEY_LEN, image_ref, make_plan
+from builder.plan.keys import KEY_LEN, image_ref
 from builder.core.platforms import PLATFORMS
-from builder.load.spec import Spec, load_spec
+from builder.load.spec import Spec, Stack, load_spec
+from builder.prepared import Prepared, prepare
 from builder.redact import redact
 from builder.textsafe import terminal
 
@@ -84,22 +85,30 @@ def root(
     STATE["json"] = False   # a command with --json sets it: a refusal is then printed as JSON too
 
 
-def select(spec: Spec, selectors: Optional[List[str]], all_: bool) -> list[str]:
-    """Stack names from `stack=NAME` selectors, in the order given; none (or --all) means every stack in the
-    file, in file order. One default for every verb that takes stacks: a verb that once refused without a
-    selection while its neighbour took them all taught people nothing but which was which."""
-    names: list[str] = []
+def select(spec: Spec, selectors: Optional[List[str]], all_: bool) -> list[Stack]:
+    """The Stacks that `stack=NAME` selectors name, in the order given; none (or --all) means every stack in
+    the file, in file order. One default for every verb that takes stacks: a verb that once refused without
+    a selection while its neighbour took them all taught people nothing but which was which. Names are
+    looked up here, at the edge; everything beneath takes the Stacks."""
+    stacks: list[Stack] = []
     for item in selectors or []:
         key, sep, value = item.partition("=")
         if not sep or key != "stack" or not value:
             raise SpecError(f"cannot read {item!r}: name stacks as stack=NAME",
                             hint="stacks: " + ", ".join(spec.stacks))
-        spec.stack(value)
-        if value not in names:
-            names.append(value)
-    if all_ or not names:
-        names = list(spec.stacks)
-    return names
+        stack = spec.stack(value)
+        if stack not in stacks:
+            stacks.append(stack)
+    if all_ or not stacks:
+        stacks = list(spec.stacks.values())
+    return stacks
+
+
+def prepared_for(file: Path, kinds, selectors: Optional[List[str]], all_: bool, bases=None) -> Prepared:
+    """The one prepared plan of a verb (builder.prepared): the stacks file and its lock read once, the
+    selected stacks, their bases resolved as `bases` says, the plan made once."""
+    spec = load_spec(file, kinds=kinds or None)
+    return prepare(spec, select(spec, selectors, all_), bases=bases)
 
 
 @app.command()
@@ -111,9 +120,9 @@ def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
     """Validate stacks.yaml, render the selected stacks, run preflight and lint (no Docker needed)."""
     from builder.rules.review import review
     json_mode("check", as_json)
-    spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_)
-    result = review(spec, names, strict, require_locked)
+    prepared = prepared_for(file, kinds, selectors, all_)   # rendered Dockerfiles need no base digest
+    spec, names = prepared.spec, prepared.names
+    result = review(prepared, strict, require_locked)
     ok = not result.errors()
     if as_json:
         data = {"file": str(file), "stacks": names, "summary": result.summary, "facts": result.facts,
@@ -124,7 +133,7 @@ def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
         if not ok:
             raise SystemExit(PreflightError.exit_code)
         return
-    for line in spec.kinds.describe({d.kind.name for n in names for d in spec.stack(n).chain}):
+    for line in spec.kinds.describe({d.kind.name for s in prepared.stacks for d in s.chain}):
         echo(line)   # where each kind used (and the skeleton) came from: shipped or site
     for finding in result.findings:
         echo(finding.render())
@@ -157,13 +166,16 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
            as_json: bool = JsonOpt) -> None:
     """Print (or write) the rendered Dockerfile of every layer of the selected stacks."""
     from builder.plan.outdir import OutDir
+    from builder.ship.bases import Resolved
+    from builder.errors import RegistryError
     json_mode("render", as_json)
     spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_)
+    stacks = select(spec, selectors, all_)
+    names = [s.name for s in stacks]
     if context and not out:
         raise SpecError("--context assembles build contexts into the --out folder: give --out DIR too")
     if not out:
-        plan = make_plan(spec, names)
+        plan = prepare(spec, stacks).locked()   # the Dockerfiles need no base digest: none is asked for
         for name in names:
             for node, i, _ in _chains(plan, name):
                 if not as_json:
@@ -174,15 +186,13 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
         return
     written: list[str] = []
     from builder.plan import bake
-    from builder.ship.bases import Resolved, resolve
-    from builder.errors import RegistryError
     # The interop files name images as imgbuild pushes them: keys over base digests. Declared or locked
     # digests need no network; --context (which fetches sources anyway) also asks the site registry.
     try:
-        bases = resolve(spec, names, lookup="site" if context else "none")
+        prepared = prepare(spec, stacks, bases="site" if context else "none")
     except RegistryError as exc:   # a base reference no registry client can parse: render all the same
-        bases = Resolved(unresolved={"(all)": f"base digests not resolved ({exc.message})"})
-    plan = make_plan(spec, names, bases.digests)
+        prepared = prepare(spec, stacks, bases=Resolved(unresolved={"(all)": f"base digests not resolved ({exc.message})"}))
+    bases, plan = prepared.bases, prepared.locked()
     # Never through a link, never over a file; each file written whole (temporary name, then rename).
     with OutDir(out) as folder:
         for name in names:
@@ -218,20 +228,17 @@ def plan(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_:
          offline: bool = typer.Option(False, "--offline", help="Ask no registry: bases neither pinned nor locked "
                                       "keep provisional keys.")) -> None:
     """Show the layer DAG: one node per distinct layer image, its content key and who uses it."""
-    from builder.ship.bases import resolve
     json_mode("plan", as_json)
-    spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_)
-    bases = resolve(spec, names, lookup="none" if offline else "site")
-    result = make_plan(spec, names, bases.digests)
+    prepared = prepared_for(file, kinds, selectors, all_, bases="none" if offline else "site")
+    spec, names, bases, result = prepared.spec, prepared.names, prepared.bases, prepared.locked()
     if as_json:
         reply(result.to_json())
         return
     for base, why in sorted(bases.unresolved.items()):
         echo(f"note: base {base}: {why}; its keys are provisional until `imgbuild lock` records its digest "
                    "or `imgbuild build` resolves it")
-    for name in names:
-        stack = spec.stack(name)
+    for stack in prepared.stacks:
+        name = stack.name
         echo(f"{name}  (base {stack.base.ref(spec.site)}; gpus {','.join(g.name for g in stack.gpus) or 'none'}; "
              f"platforms {','.join(stack.platforms)})")
         for node, _, _ in _chains(result, name):
@@ -270,9 +277,9 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
     """Build what the registry lacks, validate every image, then move the release tags."""
     from builder.ship.pipeline import build as run_build
     json_mode("build", as_json)
-    spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_)
-    report = run_build(spec, names, say=lambda line: echo(line), docker=docker, date=date, node=node, jobs=jobs,
+    prepared = prepared_for(file, kinds, selectors, all_, bases="all")
+    names = prepared.names
+    report = run_build(prepared, say=lambda line: echo(line), docker=docker, date=date, node=node, jobs=jobs,
                        progress=progress, out=sys.stderr if as_json else sys.stdout, require_locked=require_locked)
     built = sum(1 for r in report.nodes.values() if r.action == "build")
     if node:
@@ -296,11 +303,13 @@ def release(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, al
             as_json: bool = JsonOpt) -> None:
     """Move the release tags of built stacks: only if every layer image of every selected stack is in
     the registry with passing recorded checks (read from the registry, not from a job's exit code)."""
-    from builder.ship.pipeline import release as run_release
+    from builder.ship.pipeline import refuse_release, release as run_release
     json_mode("release", as_json)
     spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_)
-    moved = run_release(spec, names, say=lambda line: echo(line), date=date, require_gpu=require_gpu)
+    stacks = select(spec, selectors, all_)
+    names = [s.name for s in stacks]
+    refuse_release(spec)   # before any registry is asked for a base digest
+    moved = run_release(prepare(spec, stacks, bases="all"), say=lambda line: echo(line), date=date, require_gpu=require_gpu)
     echo(f"ok: {len(moved)} stack(s) released")
     reply({"stacks": names, "released": moved})
 
@@ -398,8 +407,11 @@ def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAM
     spec = load_spec(file, kinds=kinds or None)
     stacks = [t for t in targets or [] if t.startswith("stack=")]
     images = [t for t in targets or [] if not t.startswith("stack=")]
-    names = select(spec, stacks, False) if stacks or not images else []
-    if not run_validate(spec, names, images, say=lambda line: echo(line), docker=docker, platform=platform):
+    chosen = select(spec, stacks, False) if stacks or not images else []
+    names = [s.name for s in chosen]
+    # An image is matched against every stack's layers; a stack=NAME against its own.
+    prepared = prepare(spec, list(spec.stacks.values()) if images else chosen, bases="all")
+    if not run_validate(prepared, chosen, images, say=lambda line: echo(line), docker=docker, platform=platform):
         raise ValidationFailed("checks failed (see above); nothing was tagged")
     echo("ok: every check passed or was skipped with its reason")
     reply({"stacks": names, "images": images})
@@ -420,15 +432,17 @@ def _ci(system: str, selectors, file: Path, all_: bool, kinds, imgbuild_cmd: str
         as_json: bool, workflow: str | None = None) -> None:
     from builder import ci
     json_mode(f"ci {system}", as_json)
-    spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_)
+    prepared = prepared_for(file, kinds, selectors, all_, bases="none" if offline else "all")
+    if not offline:
+        prepared.bases.require()   # raises, naming the first base no registry answers
+    names = prepared.names
     all_ = all_ or not selectors   # the regenerate command keeps following the file's stacks
     common = ("-f", str(file)) + tuple(a for k in kinds or [] for a in ("--kinds", str(k)))
     # GitHub's first job writes the workflow again with these very arguments and compares; never with
     # --offline, so a file written offline (provisional keys) cannot pass its own check on a runner.
     regenerate = ("ci", system, *(["--all"] if all_ else [f"stack={n}" for n in names]), *common,
                   "--imgbuild", imgbuild_cmd, "--workflow", str(workflow))
-    text, notes = ci.generate(spec, names, system, imgbuild=imgbuild_cmd, common=common, regenerate=regenerate,
+    text, notes = ci.generate(prepared, system, imgbuild=imgbuild_cmd, common=common, regenerate=regenerate,
                               workflow=str(workflow), offline=offline)
     for note in notes:
         echo(f"note: {note}", err=True)
@@ -583,8 +597,7 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
     for path in paths:
         if path.suffix in (".yaml", ".yml"):
             # A stacks file gets the same review as `check` (preflight included): one judgement, everywhere.
-            spec = load_spec(path, kinds=kinds or None)
-            found += review(spec, list(spec.stacks)).findings
+            found += review(prepare(load_spec(path, kinds=kinds or None))).findings
             count += 1
             continue
         for dockerfile in dockerfiles_in(path):
@@ -652,10 +665,10 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
         image = str(squashfs or from_log)
     elif target.startswith("stack="):
         spec = load_spec(file, kinds=kinds or None)
-        name = select(spec, [target], False)[0]
-        image = nodecheck.released_image(spec, name) if from_log is None and squashfs is None else target
-        env = spec.stack(name).runtime_env()
-        framework = framework or nodecheck.framework_of(spec.stack(name))
+        stack = select(spec, [target], False)[0]
+        image = nodecheck.released_image(spec, stack.name) if from_log is None and squashfs is None else target
+        env = stack.runtime_env()
+        framework = framework or nodecheck.framework_of(stack)
     else:
         image = target
     emitted = framework or "torch"   # what a written job runs: the stack's worker, or the one asked for
@@ -724,7 +737,7 @@ def export(target: str = typer.Argument(..., help="stack=NAME (its released imag
         raise SpecError(f"--platform {platform!r}: not one imgbuild builds", hint="platforms: " + ", ".join(PLATFORMS))
     if target.startswith("stack="):
         spec = load_spec(file, kinds=kinds or None)
-        image = nodecheck.released_image(spec, select(spec, [target], False)[0])
+        image = nodecheck.released_image(spec, select(spec, [target], False)[0].name)
     else:
         image = target
     record = exporter.squashfs(image, out, say=lambda line: echo(line), platform=platform)
@@ -867,7 +880,7 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     for name in stacks:
         if failures:
             break
-        path, failures, current = lock_stack(spec, name, engine, say=lambda line: echo(line),
+        path, failures, current = lock_stack(prepare(spec, [spec.stacks[name]]), engine, say=lambda line: echo(line),
                                              upgrade=frozenset(names), intents=intents, current=current)
     total = len(bases) + len(layers) + len(python) + len(stacks)
     if failures:

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from conftest import STACKS, copy_kinds, run_cli, write_stacks
+from builder.prepared import prepare
 from builder.errors import PreflightError
 from builder.rules.findings import Finding
 from builder.rules.preflight import RULES, preflight
@@ -690,7 +691,7 @@ def test_build_refuses_an_impossible_stack_before_touching_docker(tmp_path, monk
     said = []
     start = time.perf_counter()
     with pytest.raises(PreflightError, match=r"1 error\(s\) found before building \(stacks: s\); nothing was built"):
-        build_module.build(spec, ["s"], say=said.append)
+        build_module.build(prepare(spec), say=said.append)
     assert time.perf_counter() - start < 1.0
     assert any(line.startswith("error IB011 [s]") for line in said)
 
@@ -707,7 +708,8 @@ def test_build_lets_a_possible_stack_through_to_the_engine(monkeypatch):
     monkeypatch.setattr(build_module.Engine, "detect", engine)
     said = []
     with pytest.raises(Reached):
-        build_module.build(load_spec(STACKS), ["cpu-smoke", "h100-megatron"], say=said.append)
+        spec = load_spec(STACKS)
+        build_module.build(prepare(spec, [spec.stacks["cpu-smoke"], spec.stacks["h100-megatron"]]), say=said.append)
     # The shipped stacks have no lock file: every layer that installs with pip is said to be unlocked
     # (IB096, a warning without --require-locked), and nothing else is.
     assert not [line for line in said if line.startswith(("error", "warning")) and " IB096 " not in line], said

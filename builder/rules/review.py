@@ -23,7 +23,7 @@ from builder.rules import preflight as preflight_module
 from builder.rules.findings import Finding, errors, ordered, strict as make_strict, summary
 from builder.rules.lint import lint_rendered, lint_spec
 from builder.core.lockfile import Lock
-from builder.plan.keys import Plan, make_plan, python_entry
+from builder.plan.keys import Plan, python_entry
 from builder.rules.preflight import preflight
 from builder.load.spec import Spec
 
@@ -32,7 +32,7 @@ from builder.load.spec import Spec
 class Review:
     findings: list
     lock: Lock | None
-    plan: Plan                # what was rendered and linted (without base digests: keys may be provisional)
+    plan: Plan                # what was rendered and linted (the prepared plan)
 
     @property
     def nodes(self) -> int:
@@ -71,15 +71,14 @@ def check_waivers(spec: Spec, stacks: list[str]) -> None:
                                 hint="rules: " + ", ".join(sorted(known_rules())))
 
 
-def review(spec: Spec, stacks: list[str], strict: bool = False, require_locked: bool = False) -> Review:
-    """strict: warnings are errors (waived ones excepted). require_locked: a base without a lock entry
-    measured from the image stacks.yaml names now is an error (IB092), for a site CI that wants every
-    fact measured rather than declared or from the catalog."""
+def review(prepared, strict: bool = False, require_locked: bool = False) -> Review:
+    """The judgement of a prepared plan (builder.prepared: its spec, stacks, lock and plan, made with
+    intent tolerated: unresolved intent is a finding here, IB098). strict: warnings are errors (waived
+    ones excepted). require_locked: a base without a lock entry measured from the image stacks.yaml names
+    now is an error (IB092), for a site CI that wants every fact measured rather than declared or from the
+    catalog."""
+    spec, stacks, lock, plan = prepared.spec, prepared.names, prepared.lock, prepared.plan
     check_waivers(spec, stacks)
-    lock = spec.lock
-    # Rendered Dockerfiles do not depend on base digests (the parent is a build argument), so the plan
-    # here needs no registry.
-    plan = make_plan(spec, stacks, intent=True)
     intent = unresolved(spec, plan, stacks)
     # A layer of unresolved intent is rendered from its intent (nothing is built from it): what lint says of
     # its floating pins is what IB098 already says.
@@ -261,11 +260,11 @@ def _waive(spec: Spec, stacks: list[str], found: list[Finding], rendered: set) -
     return out
 
 
-def gate(spec: Spec, stacks: list[str], say: Callable[[str], None], strict: bool = False,
-         require_locked: bool = False) -> Review:
-    """Before a build or a release: the whole review, printed; any error refuses. A layer whose pip set is
-    not locked is said (IB096), and refused under require_locked."""
-    result = review(spec, stacks, strict, require_locked)
+def gate(prepared, say: Callable[[str], None], strict: bool = False, require_locked: bool = False) -> Review:
+    """Before a build or a release: the whole review of the prepared plan, printed; any error refuses. A
+    layer whose pip set is not locked is said (IB096), and refused under require_locked."""
+    spec, stacks = prepared.spec, prepared.names
+    result = review(prepared, strict, require_locked)
     for f in result.findings:
         say(f.render())
     bad = result.errors()

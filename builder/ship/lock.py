@@ -90,9 +90,17 @@ def stack_of(spec: Spec, layer: str):
     return found[0]
 
 
+def chain_plan(spec: Spec, stack, base_digest, lock, intent: bool = True):
+    """`imgbuild lock`'s view of one stack's chain: planned on the base digest it is locking, with the lock as
+    it stands in this run (or with a layer's entry left out, to resolve its intent). Not the prepared plan:
+    each entry written moves the lock, and with it the keys of the layers above, so a lock run plans again
+    here, its one place, as it goes (intent: a layer of unresolved intent is what it resolves)."""
+    return make_plan(spec, [stack], {stack.base.name: base_digest}, lock=lock, intent=intent)
+
+
 def layer_image(spec: Spec, stack, name: str, base_digest: str) -> tuple[str, str]:
     """The registry reference (repository:key) and digest of layer `name`'s image in `stack` on that base."""
-    node = next(n for n in make_plan(spec, [stack.name], {stack.base.name: base_digest}).chain(stack.name)
+    node = next(n for n in chain_plan(spec, stack, base_digest, spec.lock, intent=False).chain(stack.name)
                 if n.name == name)
     repo = layer_repo(spec.site.namespace, name)
     digest = Registry(spec.site.registry).verified_digest(repo, node.short)
@@ -117,7 +125,7 @@ def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log
     stack = spec.stack(stack_name) if stack_name else stack_of(spec, name)
     platform = platform or stack.platforms[0]
     base_digest = resolve(spec, [stack.name]).require()[stack.base.name]
-    plan = make_plan(spec, [stack.name], {stack.base.name: base_digest}, lock=current, intent=True)
+    plan = chain_plan(spec, stack, base_digest, current)
     node = next(n for n in plan.chain(stack.name, platform) if n.name == name)
     entry = current.python_for(name, stack.layer_definition(name, None), platform) if current is not None else None
     keep = None
@@ -127,8 +135,8 @@ def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log
     if node.locked:   # resolve the layer's intent (its requirements as stacks.yaml writes them), not its lock
         unlocked = replace(current, python={k: v for k, v in current.python.items() if k != name},
                            python_all={k: v for k, v in current.python_all.items() if k != name})
-        node = next(n for n in make_plan(spec, [stack.name], {stack.base.name: base_digest}, lock=unlocked,
-                                         intent=True).chain(stack.name, platform) if n.name == name)
+        node = next(n for n in chain_plan(spec, stack, base_digest, unlocked).chain(stack.name, platform)
+                    if n.name == name)
     if node.parent is None:
         parent_ref = node.base_ref
     else:
@@ -368,25 +376,28 @@ def check_upgrade(spec: Spec, names: set, python: list, stacks: list) -> None:
                                              "re-resolves that layer's git refs")
 
 
-def lock_stack(spec: Spec, name: str, engine: Engine, say: Callable[[str], None], hostconf: HostConf | None = None,
+def lock_stack(prepared, engine: Engine, say: Callable[[str], None], hostconf: HostConf | None = None,
                upgrade: frozenset = frozenset(), intents: Intents | None = None,
                log_dir: Path | None = None, current=...) -> tuple[Path | None, list[ImgbuildError], Lock | None]:
     """Lock every layer of stack `name` that installs with pip, from the bottom up: each is resolved on the
     image beneath it, which is built first from the lock as it stands (every layer beneath already locked,
     so the image it resolves on is the one the build will give). A layer with a current entry is kept,
     unless upgrade names one of its distributions. Stops at the first layer that cannot be locked: the
-    layers above it would resolve on an image that is not the one they will be built on. current: the lock as
-    it stands in this run (default Spec.lock); each layer locked moves it on, and the last is returned third."""
+    layers above it would resolve on an image that is not the one they will be built on. prepared: the one
+    stack, prepared (builder.prepared) with intent tolerated, judged before anything is built. current: the
+    lock as it stands in this run (default Spec.lock); each layer locked moves it on, and the last is
+    returned third."""
     from builder.plan.keys import Plan, python_entry
     from builder.plan.pinning import PIP
     from builder.rules.review import review
     from builder.ship.pipeline import Builder
     from builder.errors import PreflightError, ValidationFailed
-    stack = spec.stack(name)
+    spec, (stack,) = prepared.spec, prepared.stacks
+    name = stack.name
     hostconf = hostconf or HostConf.from_env()
     # Impossible stacks fail here, before an hour of building the layers beneath; unlocked intent (IB098)
     # is what this resolves.
-    bad = [f for f in review(spec, [name]).errors() if f.rule != "IB098"]
+    bad = [f for f in review(prepared).errors() if f.rule != "IB098"]
     for f in bad:
         say(f.render())
     if bad:
@@ -396,8 +407,9 @@ def lock_stack(spec: Spec, name: str, engine: Engine, say: Callable[[str], None]
     registry.ping()
     path: Path | None = None
     current = spec.lock if current is ... else current
+    base_digest = resolve(spec, [name]).require()[stack.base.name]
     for i, layer in enumerate(stack.chain):
-        plan = make_plan(spec, [name], resolve(spec, [name]).require(), lock=current, intent=True)
+        plan = chain_plan(spec, stack, base_digest, current)
         chain = plan.chain(name)
         if PIP not in chain[i].dockerfile:
             continue
