@@ -29,7 +29,7 @@ import yaml
 from builder.errors import SpecError
 from builder.core import platforms as plat
 from builder.plan.keys import Node, Plan
-from builder.load.spec import Spec
+from builder.load.spec import Spec, Stack
 from builder.core import catalog
 
 SYSTEMS = ("gitlab", "github")
@@ -107,13 +107,13 @@ def base_notes(bases) -> list[str]:
             "(`imgbuild lock` or a declared digest fixes the keys)" for name, why in sorted(bases.unresolved.items())]
 
 
-def _gpu_choice(spec: Spec, plan: Plan, system: str, stack: str) -> tuple[str, tuple] | None:
+def _gpu_choice(spec: Spec, plan: Plan, system: str, target: Stack) -> tuple[str, tuple] | None:
     """(GPU model or generation, runner labels) that take the stack's GPU jobs: the first of its GPUs (in
     the order stacks.yaml lists them) that a runner of the site has. Refused when the site declares GPU
     runners, the stack has GPU checks and names GPUs, and no runner has any of them: a GPU check on
     another GPU proves nothing about the stack's."""
     ci = spec.site.ci
-    target = spec.stack(stack)
+    stack = target.name
     for gpu in target.gpus:
         found = ci.runners_for(system, gpu)
         if found:
@@ -129,13 +129,14 @@ def _gpu_choice(spec: Spec, plan: Plan, system: str, stack: str) -> tuple[str, t
     return None
 
 
-def pipeline(spec: Spec, plan: Plan, names: list[str], system: str, common: tuple) -> Pipeline:
+def pipeline(spec: Spec, plan: Plan, stacks: list[Stack], system: str, common: tuple) -> Pipeline:
     """The jobs for the selected stacks. common: the arguments every command ends with (-f, --kinds)."""
     assert system in SYSTEMS, system
     ci = spec.site.ci
     out = Pipeline(system)
     builders = ci.runner_tags if system == "gitlab" else (ci.github_runs_on or DEFAULT_RUNS_ON)
-    choice = {name: _gpu_choice(spec, plan, system, name) for name in names}
+    choice = {stack.name: _gpu_choice(spec, plan, system, stack) for stack in stacks}
+    names = [stack.name for stack in stacks]
     node_job: dict = {}
     gpu_job: dict = {}                          # (key, GPU model or generation) -> job id
     native = dict(ci.platform_map(system))      # platform -> the runners that build it natively
@@ -370,10 +371,10 @@ def generate(prepared, system: str, *, imgbuild: str = "imgbuild", common: tuple
     node jobs compute; prepared offline (offline: the file's first line says so), bases neither pinned nor
     locked keep provisional keys (said in the notes). regenerate and workflow are GitHub's: the `imgbuild` arguments that write this workflow again
     and the path it is committed under."""
-    spec, names, plan, notes = prepared.spec, prepared.names, prepared.locked(), base_notes(prepared.bases)
+    spec, plan, notes = prepared.spec, prepared.locked(), base_notes(prepared.bases)
     if "--offline" in regenerate:
         raise ValueError("the self-check regenerates online: --offline never reaches it")
-    pipe = pipeline(spec, plan, names, system, common)
+    pipe = pipeline(spec, plan, list(prepared.stacks), system, common)
     text = gitlab(spec, pipe, imgbuild) if system == "gitlab" else \
         github(spec, pipe, imgbuild, regenerate, workflow, common)
     return (OFFLINE_LINE if offline else "") + text, notes + pipe.notes

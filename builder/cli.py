@@ -666,7 +666,7 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
     elif target.startswith("stack="):
         spec = load_spec(file, kinds=kinds or None)
         stack = select(spec, [target], False)[0]
-        image = nodecheck.released_image(spec, stack.name) if from_log is None and squashfs is None else target
+        image = nodecheck.released_image(spec, stack) if from_log is None and squashfs is None else target
         env = stack.runtime_env()
         framework = framework or nodecheck.framework_of(stack)
     else:
@@ -737,7 +737,7 @@ def export(target: str = typer.Argument(..., help="stack=NAME (its released imag
         raise SpecError(f"--platform {platform!r}: not one imgbuild builds", hint="platforms: " + ", ".join(PLATFORMS))
     if target.startswith("stack="):
         spec = load_spec(file, kinds=kinds or None)
-        image = nodecheck.released_image(spec, select(spec, [target], False)[0].name)
+        image = nodecheck.released_image(spec, select(spec, [target], False)[0])
     else:
         image = target
     record = exporter.squashfs(image, out, say=lambda line: echo(line), platform=platform)
@@ -863,7 +863,7 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
         elif key == "python" and name in spec.layers:
             python.append(name)
         elif key == "stack" and name in spec.stacks:
-            stacks.append(name)
+            stacks.append(spec.stacks[name])
         else:
             raise SpecError(f"cannot read {item!r}: name bases as base=NAME, layers as layer=NAME or python=NAME, "
                             "stacks as stack=NAME",
@@ -877,10 +877,10 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     path, failures, current = (run_lock(spec, bases, engine, say=lambda line: echo(line), layers=layers,
                                         python=python, upgrade=frozenset(names), intents=intents)
                                if bases or layers or python or not stacks else (None, [], spec.lock))
-    for name in stacks:
+    for stack in stacks:
         if failures:
             break
-        path, failures, current = lock_stack(prepare(spec, [spec.stacks[name]]), engine, say=lambda line: echo(line),
+        path, failures, current = lock_stack(prepare(spec, [stack]), engine, say=lambda line: echo(line),
                                              upgrade=frozenset(names), intents=intents, current=current)
     total = len(bases) + len(layers) + len(python) + len(stacks)
     if failures:
@@ -892,7 +892,7 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
                                                                    (len(stacks), "stack(s)"),
                                                                    (refs_done, "git ref(s)")) if n)
          + " locked" + (" (each layer's base with it)" if layers or python else ""))
-    reply({"path": str(path), "bases": bases, "layers": layers, "python": python, "stacks": stacks,
+    reply({"path": str(path), "bases": bases, "layers": layers, "python": python, "stacks": [s.name for s in stacks],
            "sources": [{"repo": r, "ref": f, "commit": intents.found.get((r, f)) or intents.refs.get((r, f))}
                        for r, f in sorted(intents.used)]})
 

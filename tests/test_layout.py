@@ -117,6 +117,30 @@ def test_the_check_flags_an_upward_import(tmp_path):
     assert upward(peer, "builder.cli") == []
 
 
+def calls_of(name: str) -> list[str]:
+    """Where in builder/ a function called `name` is called (module:line), by its name or as an attribute."""
+    out = []
+    for path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                f = node.func
+                if (f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None) == name:
+                    out.append(f"{module_name(path)}:{node.lineno}")
+    return out
+
+
+def test_the_plan_is_made_once_and_the_lock_read_once():
+    """One prepared plan (builder.prepared; both sides of a spec diff take one each); `imgbuild lock` plans
+    again as it writes, in one place. The lock file is read by the loader alone, with stacks.yaml."""
+    assert [c.split(":")[0] for c in calls_of("make_plan")] == ["builder.prepared", "builder.ship.lock"]
+    assert [c.split(":")[0] for c in calls_of("load_lock")] == ["builder.load.spec"]
+
+
+def test_the_call_counter_sees_a_call(tmp_path):
+    """Positive control for the counter above."""
+    assert calls_of("prepare")   # the CLI and the spec diff call it
+
+
 def test_no_folder_named_build_in_the_package():
     """Tools and .gitignore files take a folder called build/ for output and skip it."""
     assert not (PLAN.parent / "build").exists()

@@ -156,7 +156,7 @@ def test_the_escape_directive_is_honoured():
 def test_every_rendered_dockerfile_of_the_shipped_stacks_passes_lint():
     spec = load_spec(STACKS)
     assert lint_rendered(spec, make_plan(spec)) == []
-    assert lint_spec(spec, list(spec.stacks)) == []
+    assert lint_spec(spec, spec.stacks.values()) == []
 
 
 def test_the_golden_dockerfiles_pass_lint_even_without_context():
@@ -211,11 +211,11 @@ def test_the_build_gate_refuses_a_spec_lint_error_alone(tmp_path):
     from test_preflight import S, env, spec_data
     spec = load_spec(write_stacks(tmp_path / "token", spec_data(S("ngc2509", ["site"], runtime="e"),
                                                                  {"runtimes": {"e": env(HF_TOKEN="hf_abcdef")}})))
-    assert [f for f in preflight(spec, ["s"]) if f.severity == "error"] == []  # preflight alone lets it through
+    assert [f for f in preflight(spec, [spec.stacks["s"]]) if f.severity == "error"] == []  # preflight alone lets it through
     said = []
     with pytest.raises(PreflightError, match=r"error\(s\) found before building \(stacks: s\); nothing was built"):
         gate(prepare(spec), say=said.append)
-    [token] = [f for f in lint_spec(spec, ["s"]) if f.severity == "error"]
+    [token] = [f for f in lint_spec(spec, [spec.stacks["s"]]) if f.severity == "error"]
     assert token.rule == "IB110" and token.key == "runtimes.e.params.env.HF_TOKEN"
     # The spec's lint names the key; the rendered Dockerfile's lint (the ENV line) reports it as well.
     assert token.render() in said and all("IB110" in line for line in said if line.startswith("error"))

@@ -152,7 +152,7 @@ def findings(tmp_path, stack: dict, extra=None, site=None, lock=None, strict=Fal
         write_any_lock(folder, file, lock)
     spec = load_spec(file)
     from builder.rules.lint import lint_spec
-    return spec, preflight(spec, ["s"], strict=strict) + lint_spec(spec, ["s"])
+    return spec, preflight(spec, [spec.stacks["s"]], strict=strict) + lint_spec(spec, [spec.stacks["s"]])
 
 
 def line_of(spec, key: str) -> int:
@@ -597,7 +597,7 @@ def test_an_nccl_wheel_other_than_the_one_torch_pins(tmp_path):
                                                               "packages": ["nvidia-nccl-cu12==2.21.5"]}}}}
     file = write_stacks(root, spec_data(S("pipcuda", ["b"], project="p"), extra))
     spec = load_spec(file)
-    f = next(f for f in preflight(spec, ["s"]) if f.rule == "IB075")
+    f = next(f for f in preflight(spec, [spec.stacks["s"]]) if f.rule == "IB075")
     assert f.severity == "warning" and f.key == "projects.p.params.packages[0]", f.render()
     assert f.message == "torch 2.7.1+cu126 wheels pin NCCL 2.26.2; nvidia-nccl-cu12==2.21.5 replaces it"
     assert "pip logs read for each torch release" in f.source

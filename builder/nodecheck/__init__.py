@@ -54,10 +54,11 @@ class NodeReport:
                 "seconds": self.seconds, "results": self.results}
 
 
-def released_image(spec: Spec, stack: str) -> str:
+def released_image(spec: Spec, target) -> str:
     """The exact image a stack's release tag names now (REGISTRY/NS/STACK@sha256:...): the check runs on
-    that digest, not on whatever the tag names by the time a node pulls it."""
-    templates = [t for t in spec.stack(stack).tags if set(re.findall(r"\{([^}]*)\}", t)) <= {"stack"}]
+    that digest, not on whatever the tag names by the time a node pulls it. target: the Stack."""
+    stack = target.name
+    templates = [t for t in target.tags if set(re.findall(r"\{([^}]*)\}", t)) <= {"stack"}]
     if not templates:
         raise NodeCheckFailed(f"stack {stack!r} has no release tag made of its name alone to find its image by",
                               hint="give the image reference instead of stack=NAME")

@@ -21,7 +21,7 @@ from builder.rules.facts import jax_cuda_of, resolve
 from builder.rules.findings import Finding
 from builder.core.shell import (assignments, checkout_ref, command_words, conda_install, expand, git_url_ref,
                                  pip_install_args, pip_requirements, words)
-from builder.load.spec import Spec
+from builder.load.spec import Spec, Stack
 from builder.core.yamlsrc import dotted
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
@@ -614,13 +614,13 @@ def lint_dockerfile(text: str, file: str, base_cuda: Version | None = None,
 
 # -- the spec and imgbuild's own rendered Dockerfiles -----------------------------------------------
 
-def lint_spec(spec: Spec, stacks: Iterable[str], lock=None) -> list[Finding]:
+def lint_spec(spec: Spec, stacks: Iterable[Stack], lock=None) -> list[Finding]:
     """Spec values: credentials (IB110), environment that sets arch lists other than the stack's gpus
     (IB105), turns off the torch constraint (IB109), or *-cuXX pins for another CUDA (IB108). lock: the
     measured facts preflight uses (builder.rules.review passes the same)."""
     out = []
-    for name in stacks:
-        stack = spec.stack(name)
+    for stack in stacks:
+        name = stack.name
         sf = resolve(spec, stack, lock)
         cuda = sf.version("cuda")
 

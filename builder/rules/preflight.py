@@ -919,13 +919,12 @@ def _judged_on(stack: Stack, finding: Finding, platform: str) -> bool:
     return host == platform or (host not in stack.platforms and platform == stack.platforms[0])
 
 
-def preflight(spec: Spec, stacks: Iterable[str], lock=None, strict: bool = False) -> list[Finding]:
-    """Findings of every rule for the named stacks; lock: a builder.ship.lock.Lock, else the lock file beside
-    the spec is read when there is one. strict: warnings become errors."""
+def preflight(spec: Spec, stacks: Iterable[Stack], lock=None, strict: bool = False) -> list[Finding]:
+    """Findings of every rule for the stacks; lock: a builder.core.lockfile.Lock, else the one read with the
+    spec (Spec.lock). strict: warnings become errors."""
     lock = lock if lock is not None else spec.lock
     out: list[Finding] = []
-    for name in stacks:
-        stack = spec.stack(name)
+    for stack in stacks:
         # Each platform's facts (the lock measures each image of an index); a finding on both is said once,
         # and one about a GPU only where that GPU's nodes are (an H100 is judged by the amd64 image's facts).
         said: list[Finding] = []

@@ -112,17 +112,17 @@ def layer_image(spec: Spec, stack, name: str, base_digest: str) -> tuple[str, st
 
 def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log: Path,
                   progress: Callable[[str], None] = lambda line: None, upgrade: frozenset = frozenset(),
-                  stack_name: str | None = None, platform: str | None = None, current: Lock | None = None) -> dict:
+                  stack=None, platform: str | None = None, current: Lock | None = None) -> dict:
     """Resolve what layer `name`'s pip commands install on the image beneath it (builder.ship.resolve),
     as a lock file entry. The image beneath must be in the registry: the base by its digest, or the layer
     beneath by its key (built first, with `imgbuild build` or `imgbuild lock stack=NAME`). upgrade:
     canonical distribution names that may move; with it, every other distribution of the current entry is
-    held at its locked version (`lock --upgrade NAME`). stack_name: the stack whose chain it is resolved on
+    held at its locked version (`lock --upgrade NAME`). stack: the Stack whose chain it is resolved on
     (default the first that holds it); a layer on chains that differ beneath it has an entry for each.
     platform: the platform resolved for (default the stack's first); each has its own entry, resolved on
     its own image beneath, under QEMU where the engine runs another platform. current: the lock as it
     stands in this run (what stacks.yaml was read with, or what this run wrote since)."""
-    stack = spec.stack(stack_name) if stack_name else stack_of(spec, name)
+    stack = stack or stack_of(spec, name)
     platform = platform or stack.platforms[0]
     base_digest = resolve(spec, [stack.name]).require()[stack.base.name]
     plan = chain_plan(spec, stack, base_digest, current)
@@ -249,14 +249,14 @@ def lock_base(spec: Spec, name: str, stacks: list[str], engine: Engine, say: Cal
 def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None],
          layers: list[str] = (), python: list[str] = (), hostconf: HostConf | None = None,
          log_dir: Path | None = None, upgrade: frozenset = frozenset(),
-         intents: Intents | None = None, python_stack: str | None = None,
+         intents: Intents | None = None, python_stack=None,
          current=...) -> tuple[Path, list[ImgbuildError], Lock]:
     """Resolve and probe each named base, and each named layer's image in the registry, resolve what each
     layer of `python` installs with pip, then write the lock file (atomically; entries of others kept). A
     layer's base is locked with it: the layer's entry stands for that base digest. upgrade: distribution
     names that may move in a re-resolution (the rest held). intents: how stacks.yaml was read (the git refs
     it names, and those resolved while reading it), for the `sources:` section. Returns the path and the
-    failures (a failed entry keeps its old one). python_stack: the stack whose chain the python layers are
+    failures (a failed entry keeps its old one). python_stack: the Stack whose chain the python layers are
     resolved on (default each one's first stack). current: the lock as it stands in this run (default the one
     stacks.yaml was read with, Spec.lock); the Lock written is returned third."""
     old = spec.lock if current is ... else current
@@ -266,7 +266,7 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
     python_entries = {name: [_plain_python(rec) for rec in recs] for name, recs in (old.python_all if old else {}).items()}
     failures: list[ImgbuildError] = []
     users = {**{name: stack_of(spec, name) for name in [*layers, *python]},
-             **({name: spec.stack(python_stack) for name in python} if python_stack else {})}
+             **({name: python_stack for name in python} if python_stack else {})}
     bases = list(dict.fromkeys([*bases, *(users[name].base.name for name in [*layers, *python])]))
     for name in bases:
         base = spec.bases[name]
@@ -304,7 +304,7 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
         say(f"{name}: resolving its pip commands on the image beneath it{f' for {platform}' if on else ''} (log {log})")
         try:
             entry = resolve_entry(spec, name, engine, hostconf or HostConf.from_env(), log, upgrade=upgrade,
-                                  stack_name=users[name].name, platform=platform, current=old)
+                                  stack=users[name], platform=platform, current=old)
         except ImgbuildError as exc:
             failures.append(exc)
             say(f"{name}: not locked: {exc.message}")
@@ -363,11 +363,11 @@ def _dist(d) -> dict:
 
 def check_upgrade(spec: Spec, names: set, python: list, stacks: list) -> None:
     """`--upgrade NAME` names a distribution some current lock entry of the layers locked in this run holds:
-    otherwise it would re-resolve nothing, and say nothing."""
+    otherwise it would re-resolve nothing, and say nothing. stacks: the Stacks locked in this run."""
     if not names:
         return
     current = spec.lock
-    layers = set(python) | {d.name for s in stacks for d in spec.stack(s).chain}
+    layers = set(python) | {d.name for s in stacks for d in s.chain}
     held = {n for name in layers for e in (current.python_all.get(name, ()) if current else ()) for n in e.dists()}
     unknown = sorted(names - held)
     if unknown:
@@ -426,7 +426,7 @@ def lock_stack(prepared, engine: Engine, say: Callable[[str], None], hostconf: H
                 raise ValidationFailed(f"{layer.name} is not locked: the image beneath it did not build and pass "
                                        f"its checks ({report.error})", hint=f"run dir: {report.run_dir}")
         path, failures, current = lock(spec, [], engine, say, python=[layer.name], hostconf=hostconf, log_dir=log_dir,
-                                       upgrade=upgrade, intents=intents, python_stack=name, current=current)
+                                       upgrade=upgrade, intents=intents, python_stack=stack, current=current)
         if failures:
             return path, failures, current
     if path is None:   # nothing of the stack to resolve with pip: the sources (git refs) are still recorded
