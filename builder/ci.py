@@ -27,10 +27,10 @@ from pathlib import Path
 import yaml
 
 from builder.errors import SpecError
-from builder.load import platforms as plat
-from builder.plan.keys import Node, Plan, make_plan
-from builder.load.spec import Spec
-from builder.rules import catalog
+from builder.core import platforms as plat
+from builder.plan.keys import Node, Plan
+from builder.load.spec import Spec, Stack
+from builder.core import catalog
 
 SYSTEMS = ("gitlab", "github")
 KEY_SHOWN = 12                     # hex digits of the key in a job name
@@ -100,26 +100,20 @@ def has_gpu_checks(node: Node) -> bool:
     return any(c.gpu for c in node.checks)
 
 
-def plan_for(spec: Spec, names: list[str], offline: bool) -> tuple[Plan, list[str]]:
-    """The plan with base digests resolved the way `build` resolves them (any registry a base names), so
-    that the keys in the pipeline are the keys its node jobs compute. offline: ask no registry; bases
-    neither pinned nor locked keep provisional keys (said in the notes) and their node jobs will fail."""
-    from builder.ship.bases import resolve
-    bases = resolve(spec, names, lookup="none" if offline else "all")
-    if bases.unresolved and not offline:
-        bases.require()   # raises, naming the base
-    notes = [f"base {name}: {why}; its keys are provisional, so the node jobs of the stacks on it will refuse "
-             "(`imgbuild lock` or a declared digest fixes the keys)" for name, why in sorted(bases.unresolved.items())]
-    return make_plan(spec, names, bases.digests), notes
+def base_notes(bases) -> list[str]:
+    """What a pipeline's first lines say of the bases the prepared plan (builder.prepared) could not resolve:
+    their keys are provisional, so the node jobs of the stacks on them will refuse."""
+    return [f"base {name}: {why}; its keys are provisional, so the node jobs of the stacks on it will refuse "
+            "(`imgbuild lock` or a declared digest fixes the keys)" for name, why in sorted(bases.unresolved.items())]
 
 
-def _gpu_choice(spec: Spec, plan: Plan, system: str, stack: str) -> tuple[str, tuple] | None:
+def _gpu_choice(spec: Spec, plan: Plan, system: str, target: Stack) -> tuple[str, tuple] | None:
     """(GPU model or generation, runner labels) that take the stack's GPU jobs: the first of its GPUs (in
     the order stacks.yaml lists them) that a runner of the site has. Refused when the site declares GPU
     runners, the stack has GPU checks and names GPUs, and no runner has any of them: a GPU check on
     another GPU proves nothing about the stack's."""
     ci = spec.site.ci
-    target = spec.stack(stack)
+    stack = target.name
     for gpu in target.gpus:
         found = ci.runners_for(system, gpu)
         if found:
@@ -135,13 +129,14 @@ def _gpu_choice(spec: Spec, plan: Plan, system: str, stack: str) -> tuple[str, t
     return None
 
 
-def pipeline(spec: Spec, plan: Plan, names: list[str], system: str, common: tuple) -> Pipeline:
+def pipeline(spec: Spec, plan: Plan, stacks: list[Stack], system: str, common: tuple) -> Pipeline:
     """The jobs for the selected stacks. common: the arguments every command ends with (-f, --kinds)."""
     assert system in SYSTEMS, system
     ci = spec.site.ci
     out = Pipeline(system)
     builders = ci.runner_tags if system == "gitlab" else (ci.github_runs_on or DEFAULT_RUNS_ON)
-    choice = {name: _gpu_choice(spec, plan, system, name) for name in names}
+    choice = {stack.name: _gpu_choice(spec, plan, system, stack) for stack in stacks}
+    names = [stack.name for stack in stacks]
     node_job: dict = {}
     gpu_job: dict = {}                          # (key, GPU model or generation) -> job id
     native = dict(ci.platform_map(system))      # platform -> the runners that build it natively
@@ -369,20 +364,20 @@ def write(path: Path, text: str) -> None:
         raise
 
 
-def generate(spec: Spec, names: list[str], system: str, *, imgbuild: str = "imgbuild", common: tuple = (),
-             regenerate: tuple = (), workflow: str = GITHUB_WORKFLOW, offline: bool = False,
-             plan: Plan | None = None) -> tuple[str, list[str]]:
-    """(pipeline YAML, notes) for the selected stacks. regenerate and workflow are GitHub's: the
-    `imgbuild` arguments that write this workflow again and the path it is committed under."""
-    notes: list[str] = []
-    if plan is None:
-        plan, notes = plan_for(spec, names, offline)
+def generate(prepared, system: str, *, imgbuild: str = "imgbuild", common: tuple = (),
+             regenerate: tuple = (), workflow: str = GITHUB_WORKFLOW, offline: bool = False) -> tuple[str, list[str]]:
+    """(pipeline YAML, notes) for the prepared stacks (builder.prepared), their bases resolved the way
+    `build` resolves them (any registry a base names), so that the keys in the pipeline are the keys its
+    node jobs compute; prepared offline (offline: the file's first line says so), bases neither pinned nor
+    locked keep provisional keys (said in the notes). regenerate and workflow are GitHub's: the `imgbuild` arguments that write this workflow again
+    and the path it is committed under."""
+    spec, plan, notes = prepared.spec, prepared.locked(), base_notes(prepared.bases)
     if "--offline" in regenerate:
         raise ValueError("the self-check regenerates online: --offline never reaches it")
-    pipe = pipeline(spec, plan, names, system, common)
+    pipe = pipeline(spec, plan, list(prepared.stacks), system, common)
     text = gitlab(spec, pipe, imgbuild) if system == "gitlab" else \
         github(spec, pipe, imgbuild, regenerate, workflow, common)
     return (OFFLINE_LINE if offline else "") + text, notes + pipe.notes
 
 
-__all__ = ["generate", "pipeline", "plan_for", "job_id", "Job", "Pipeline", "SYSTEMS"]
+__all__ = ["generate", "pipeline", "base_notes", "job_id", "Job", "Pipeline", "SYSTEMS"]

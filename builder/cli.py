@@ -15,9 +15,10 @@ import typer
 
 from builder import __version__
 from builder.errors import ImgbuildError, Interrupted, PreflightError, SpecError, SpecErrors
-from builder.plan.keys import KEY_LEN, image_ref, make_plan
-from builder.load.platforms import PLATFORMS
-from builder.load.spec import Spec, load_spec
+from builder.plan.keys import KEY_LEN, image_ref
+from builder.core.platforms import PLATFORMS
+from builder.load.spec import Spec, Stack, load_spec
+from builder.prepared import Prepared, prepare
 from builder.redact import redact
 from builder.textsafe import terminal
 
@@ -84,22 +85,30 @@ def root(
     STATE["json"] = False   # a command with --json sets it: a refusal is then printed as JSON too
 
 
-def select(spec: Spec, selectors: Optional[List[str]], all_: bool) -> list[str]:
-    """Stack names from `stack=NAME` selectors, in the order given; none (or --all) means every stack in the
-    file, in file order. One default for every verb that takes stacks: a verb that once refused without a
-    selection while its neighbour took them all taught people nothing but which was which."""
-    names: list[str] = []
+def select(spec: Spec, selectors: Optional[List[str]], all_: bool) -> list[Stack]:
+    """The Stacks that `stack=NAME` selectors name, in the order given; none (or --all) means every stack in
+    the file, in file order. One default for every verb that takes stacks: a verb that once refused without
+    a selection while its neighbour took them all taught people nothing but which was which. Names are
+    looked up here, at the edge; everything beneath takes the Stacks."""
+    stacks: list[Stack] = []
     for item in selectors or []:
         key, sep, value = item.partition("=")
         if not sep or key != "stack" or not value:
             raise SpecError(f"cannot read {item!r}: name stacks as stack=NAME",
                             hint="stacks: " + ", ".join(spec.stacks))
-        spec.stack(value)
-        if value not in names:
-            names.append(value)
-    if all_ or not names:
-        names = list(spec.stacks)
-    return names
+        stack = spec.stack(value)
+        if stack not in stacks:
+            stacks.append(stack)
+    if all_ or not stacks:
+        stacks = list(spec.stacks.values())
+    return stacks
+
+
+def prepared_for(file: Path, kinds, selectors: Optional[List[str]], all_: bool, bases=None) -> Prepared:
+    """The one prepared plan of a verb (builder.prepared): the stacks file and its lock read once, the
+    selected stacks, their bases resolved as `bases` says, the plan made once."""
+    spec = load_spec(file, kinds=kinds or None)
+    return prepare(spec, select(spec, selectors, all_), bases=bases)
 
 
 @app.command()
@@ -111,9 +120,9 @@ def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
     """Validate stacks.yaml, render the selected stacks, run preflight and lint (no Docker needed)."""
     from builder.rules.review import review
     json_mode("check", as_json)
-    spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_)
-    result = review(spec, names, strict, require_locked)
+    prepared = prepared_for(file, kinds, selectors, all_)   # rendered Dockerfiles need no base digest
+    spec, names = prepared.spec, prepared.names
+    result = review(prepared, strict, require_locked)
     ok = not result.errors()
     if as_json:
         data = {"file": str(file), "stacks": names, "summary": result.summary, "facts": result.facts,
@@ -124,7 +133,7 @@ def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
         if not ok:
             raise SystemExit(PreflightError.exit_code)
         return
-    for line in spec.kinds.describe({d.kind.name for n in names for d in spec.stack(n).chain}):
+    for line in spec.kinds.describe({d.kind.name for s in prepared.stacks for d in s.chain}):
         echo(line)   # where each kind used (and the skeleton) came from: shipped or site
     for finding in result.findings:
         echo(finding.render())
@@ -157,13 +166,16 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
            as_json: bool = JsonOpt) -> None:
     """Print (or write) the rendered Dockerfile of every layer of the selected stacks."""
     from builder.plan.outdir import OutDir
+    from builder.ship.bases import Resolved
+    from builder.errors import RegistryError
     json_mode("render", as_json)
     spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_)
+    stacks = select(spec, selectors, all_)
+    names = [s.name for s in stacks]
     if context and not out:
         raise SpecError("--context assembles build contexts into the --out folder: give --out DIR too")
     if not out:
-        plan = make_plan(spec, names)
+        plan = prepare(spec, stacks).locked()   # the Dockerfiles need no base digest: none is asked for
         for name in names:
             for node, i, _ in _chains(plan, name):
                 if not as_json:
@@ -174,15 +186,13 @@ def render(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all
         return
     written: list[str] = []
     from builder.plan import bake
-    from builder.ship.bases import Resolved, resolve
-    from builder.errors import RegistryError
     # The interop files name images as imgbuild pushes them: keys over base digests. Declared or locked
     # digests need no network; --context (which fetches sources anyway) also asks the site registry.
     try:
-        bases = resolve(spec, names, lookup="site" if context else "none")
+        prepared = prepare(spec, stacks, bases="site" if context else "none")
     except RegistryError as exc:   # a base reference no registry client can parse: render all the same
-        bases = Resolved(unresolved={"(all)": f"base digests not resolved ({exc.message})"})
-    plan = make_plan(spec, names, bases.digests)
+        prepared = prepare(spec, stacks, bases=Resolved(unresolved={"(all)": f"base digests not resolved ({exc.message})"}))
+    bases, plan = prepared.bases, prepared.locked()
     # Never through a link, never over a file; each file written whole (temporary name, then rename).
     with OutDir(out) as folder:
         for name in names:
@@ -218,20 +228,17 @@ def plan(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_:
          offline: bool = typer.Option(False, "--offline", help="Ask no registry: bases neither pinned nor locked "
                                       "keep provisional keys.")) -> None:
     """Show the layer DAG: one node per distinct layer image, its content key and who uses it."""
-    from builder.ship.bases import resolve
     json_mode("plan", as_json)
-    spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_)
-    bases = resolve(spec, names, lookup="none" if offline else "site")
-    result = make_plan(spec, names, bases.digests)
+    prepared = prepared_for(file, kinds, selectors, all_, bases="none" if offline else "site")
+    spec, names, bases, result = prepared.spec, prepared.names, prepared.bases, prepared.locked()
     if as_json:
         reply(result.to_json())
         return
     for base, why in sorted(bases.unresolved.items()):
         echo(f"note: base {base}: {why}; its keys are provisional until `imgbuild lock` records its digest "
                    "or `imgbuild build` resolves it")
-    for name in names:
-        stack = spec.stack(name)
+    for stack in prepared.stacks:
+        name = stack.name
         echo(f"{name}  (base {stack.base.ref(spec.site)}; gpus {','.join(g.name for g in stack.gpus) or 'none'}; "
              f"platforms {','.join(stack.platforms)})")
         for node, _, _ in _chains(result, name):
@@ -270,9 +277,9 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
     """Build what the registry lacks, validate every image, then move the release tags."""
     from builder.ship.pipeline import build as run_build
     json_mode("build", as_json)
-    spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_)
-    report = run_build(spec, names, say=lambda line: echo(line), docker=docker, date=date, node=node, jobs=jobs,
+    prepared = prepared_for(file, kinds, selectors, all_, bases="all")
+    names = prepared.names
+    report = run_build(prepared, say=lambda line: echo(line), docker=docker, date=date, node=node, jobs=jobs,
                        progress=progress, out=sys.stderr if as_json else sys.stdout, require_locked=require_locked)
     built = sum(1 for r in report.nodes.values() if r.action == "build")
     if node:
@@ -296,11 +303,13 @@ def release(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, al
             as_json: bool = JsonOpt) -> None:
     """Move the release tags of built stacks: only if every layer image of every selected stack is in
     the registry with passing recorded checks (read from the registry, not from a job's exit code)."""
-    from builder.ship.pipeline import release as run_release
+    from builder.ship.pipeline import refuse_release, release as run_release
     json_mode("release", as_json)
     spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_)
-    moved = run_release(spec, names, say=lambda line: echo(line), date=date, require_gpu=require_gpu)
+    stacks = select(spec, selectors, all_)
+    names = [s.name for s in stacks]
+    refuse_release(spec)   # before any registry is asked for a base digest
+    moved = run_release(prepare(spec, stacks, bases="all"), say=lambda line: echo(line), date=date, require_gpu=require_gpu)
     echo(f"ok: {len(moved)} stack(s) released")
     reply({"stacks": names, "released": moved})
 
@@ -398,8 +407,11 @@ def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAM
     spec = load_spec(file, kinds=kinds or None)
     stacks = [t for t in targets or [] if t.startswith("stack=")]
     images = [t for t in targets or [] if not t.startswith("stack=")]
-    names = select(spec, stacks, False) if stacks or not images else []
-    if not run_validate(spec, names, images, say=lambda line: echo(line), docker=docker, platform=platform):
+    chosen = select(spec, stacks, False) if stacks or not images else []
+    names = [s.name for s in chosen]
+    # An image is matched against every stack's layers; a stack=NAME against its own.
+    prepared = prepare(spec, list(spec.stacks.values()) if images else chosen, bases="all")
+    if not run_validate(prepared, chosen, images, say=lambda line: echo(line), docker=docker, platform=platform):
         raise ValidationFailed("checks failed (see above); nothing was tagged")
     echo("ok: every check passed or was skipped with its reason")
     reply({"stacks": names, "images": images})
@@ -420,15 +432,17 @@ def _ci(system: str, selectors, file: Path, all_: bool, kinds, imgbuild_cmd: str
         as_json: bool, workflow: str | None = None) -> None:
     from builder import ci
     json_mode(f"ci {system}", as_json)
-    spec = load_spec(file, kinds=kinds or None)
-    names = select(spec, selectors, all_)
+    prepared = prepared_for(file, kinds, selectors, all_, bases="none" if offline else "all")
+    if not offline:
+        prepared.bases.require()   # raises, naming the first base no registry answers
+    names = prepared.names
     all_ = all_ or not selectors   # the regenerate command keeps following the file's stacks
     common = ("-f", str(file)) + tuple(a for k in kinds or [] for a in ("--kinds", str(k)))
     # GitHub's first job writes the workflow again with these very arguments and compares; never with
     # --offline, so a file written offline (provisional keys) cannot pass its own check on a runner.
     regenerate = ("ci", system, *(["--all"] if all_ else [f"stack={n}" for n in names]), *common,
                   "--imgbuild", imgbuild_cmd, "--workflow", str(workflow))
-    text, notes = ci.generate(spec, names, system, imgbuild=imgbuild_cmd, common=common, regenerate=regenerate,
+    text, notes = ci.generate(prepared, system, imgbuild=imgbuild_cmd, common=common, regenerate=regenerate,
                               workflow=str(workflow), offline=offline)
     for note in notes:
         echo(f"note: {note}", err=True)
@@ -575,7 +589,7 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
          as_json: bool = JsonOpt) -> None:
     """Lint a stacks file (its values and every rendered Dockerfile) or hand-written Dockerfiles."""
     from builder.rules.findings import errors, ordered, strict as make_strict, summary
-    from builder.rules.dockerfile import dockerfiles_in
+    from builder.core.dockerfile import dockerfiles_in
     from builder.rules.lint import lint_dockerfile
     from builder.rules.review import review
     json_mode("lint", as_json)
@@ -583,8 +597,7 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
     for path in paths:
         if path.suffix in (".yaml", ".yml"):
             # A stacks file gets the same review as `check` (preflight included): one judgement, everywhere.
-            spec = load_spec(path, kinds=kinds or None)
-            found += review(spec, list(spec.stacks)).findings
+            found += review(prepare(load_spec(path, kinds=kinds or None))).findings
             count += 1
             continue
         for dockerfile in dockerfiles_in(path):
@@ -652,10 +665,10 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
         image = str(squashfs or from_log)
     elif target.startswith("stack="):
         spec = load_spec(file, kinds=kinds or None)
-        name = select(spec, [target], False)[0]
-        image = nodecheck.released_image(spec, name) if from_log is None and squashfs is None else target
-        env = nodecheck.runtime_env(spec.stack(name))
-        framework = framework or nodecheck.framework_of(spec.stack(name))
+        stack = select(spec, [target], False)[0]
+        image = nodecheck.released_image(spec, stack) if from_log is None and squashfs is None else target
+        env = stack.runtime_env()
+        framework = framework or nodecheck.framework_of(stack)
     else:
         image = target
     emitted = framework or "torch"   # what a written job runs: the stack's worker, or the one asked for
@@ -793,15 +806,15 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     the lock holds the truth, and nothing is built from intent."""
     from builder.ship.engine import Engine
     from builder.ship.lock import check_upgrade, lock as run_lock, lock_stack
-    from builder.load.intent import Intents, lock_path, read_pins
+    from builder.load.intent import Intents, lock_path
     from packaging.utils import canonicalize_name
     json_mode("lock", as_json)
     lock_file = lock_path(file)
-    refs, stamps, digests, digest_stamps = read_pins(lock_file)
     if check:
-        intents = Intents(accept=True, refs=refs, digests=digests, lock_file=lock_file.name)
+        intents = Intents(accept=True, lock_file=lock_file.name, pinned_by_lock=True)
         spec = load_spec(file, kinds=kinds or None, intents=intents)
-        from builder.plan.lockfile import stale_entries
+        refs, digests = intents.refs, intents.digests
+        from builder.load.intent import stale_entries
         stale = (stale_entries(spec)
                  + [f"sources: {repo} at {ref!r} has no commit (imgbuild lock resolves it)"
                     for repo, ref in sorted(intents.used - set(refs))]
@@ -826,8 +839,8 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     from builder.ship.hostconf import HostConf
     names = {canonicalize_name(n) for n in upgrade or ()}
     ca_bundle = HostConf.from_env().ca_bundle
-    hosted = dict(digests=digests, digest_stamps=digest_stamps, fetch=lambda url: digest_of(url, ca_bundle))
-    intents = Intents(accept=True, refs=refs, resolve=ls_remote, stamps=stamps, lock_file=lock_file.name, **hosted)
+    fetch = lambda url: digest_of(url, ca_bundle)   # noqa: E731
+    intents = Intents(accept=True, resolve=ls_remote, fetch=fetch, lock_file=lock_file.name, pinned_by_lock=True)
     spec = load_spec(file, kinds=kinds or None, intents=intents)
     moved = {n for n in upgrade or () if n in spec.layers}   # layers whose git refs and downloads are resolved again
     if moved:
@@ -835,12 +848,11 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
                  if getattr(value, "ref", None) for key in [(value.repo, value.ref)]}
         urls = {d.url for name in moved for _, value in spec.layers[name].params if isinstance(value, tuple)
                 for d in value if hasattr(d, "sha256") and hasattr(d, "url")}
-        hosted.update(digests={u: v for u, v in digests.items() if u not in urls},
-                      digest_stamps={u: v for u, v in digest_stamps.items() if u not in urls})
-        intents = Intents(accept=True, refs={k: v for k, v in refs.items() if k not in again}, resolve=ls_remote,
+        intents = Intents(accept=True, refs={k: v for k, v in intents.refs.items() if k not in again}, resolve=ls_remote,
                           stamps={k: v for k, v in intents.stamps.items() if k not in again}, lock_file=lock_file.name,
-                          **hosted)
-        spec = load_spec(file, kinds=kinds or None, intents=intents)
+                          digests={u: v for u, v in intents.digests.items() if u not in urls},
+                          digest_stamps={u: v for u, v in intents.digest_stamps.items() if u not in urls}, fetch=fetch)
+        spec = load_spec(file, kinds=kinds or None, intents=intents, lock=spec.lock)   # the lock as read above
     bases, layers, python, stacks = [], [], [], []
     for item in targets or [f"base={b}" for b in spec.bases]:
         key, _, name = item.partition("=")
@@ -851,7 +863,7 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
         elif key == "python" and name in spec.layers:
             python.append(name)
         elif key == "stack" and name in spec.stacks:
-            stacks.append(name)
+            stacks.append(spec.stacks[name])
         else:
             raise SpecError(f"cannot read {item!r}: name bases as base=NAME, layers as layer=NAME or python=NAME, "
                             "stacks as stack=NAME",
@@ -862,14 +874,14 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
                         "(python=LAYER or stack=NAME)")
     check_upgrade(spec, names - {canonicalize_name(m) for m in moved}, python, stacks)
     engine = Engine.detect(docker)
-    path, failures = (run_lock(spec, bases, engine, say=lambda line: echo(line), layers=layers, python=python,
-                               upgrade=frozenset(names), intents=intents)
-                      if bases or layers or python or not stacks else (None, []))
-    for name in stacks:
+    path, failures, current = (run_lock(spec, bases, engine, say=lambda line: echo(line), layers=layers,
+                                        python=python, upgrade=frozenset(names), intents=intents)
+                               if bases or layers or python or not stacks else (None, [], spec.lock))
+    for stack in stacks:
         if failures:
             break
-        path, failures = lock_stack(spec, name, engine, say=lambda line: echo(line), upgrade=frozenset(names),
-                                    intents=intents)
+        path, failures, current = lock_stack(prepare(spec, [stack]), engine, say=lambda line: echo(line),
+                                             upgrade=frozenset(names), intents=intents, current=current)
     total = len(bases) + len(layers) + len(python) + len(stacks)
     if failures:
         raise failures[0].__class__(f"{len(failures)} of {total} target(s) not locked (see above); "
@@ -880,7 +892,7 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
                                                                    (len(stacks), "stack(s)"),
                                                                    (refs_done, "git ref(s)")) if n)
          + " locked" + (" (each layer's base with it)" if layers or python else ""))
-    reply({"path": str(path), "bases": bases, "layers": layers, "python": python, "stacks": stacks,
+    reply({"path": str(path), "bases": bases, "layers": layers, "python": python, "stacks": [s.name for s in stacks],
            "sources": [{"repo": r, "ref": f, "commit": intents.found.get((r, f)) or intents.refs.get((r, f))}
                        for r, f in sorted(intents.used)]})
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from builder.errors import ImgbuildError
-from builder.load import platforms as plat
+from builder.core import platforms as plat
 
 TOOLS = {"skopeo": "skopeo", "umoci": "umoci", "mksquashfs": "squashfs-tools", "unsquashfs": "squashfs-tools"}
 # Fixed so the bytes depend on the image alone (mksquashfs' defaults may differ between builds of it).

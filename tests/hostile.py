@@ -364,9 +364,9 @@ import importlib
 # client): module code only, run the same way in any process; nothing here runs a command.
 for name in ("typer._adapters", "typer._click.decorators", "pydantic", "rich.console", "rich.table", "rich.syntax",
              "rich.progress", "rich.live", "httpx", "zoneinfo", "csv", "zipfile", "secrets", "importlib.metadata",
-             "builder.plan.bake", "builder.plan.lockfile", "builder.plan.outdir", "builder.rules.dockerfile",
+             "builder.plan.bake", "builder.core.lockfile", "builder.plan.outdir", "builder.core.dockerfile",
              "builder.rules.facts", "builder.rules.findings", "builder.rules.lint", "builder.rules.preflight",
-             "builder.rules.review", "builder.rules.shell", "builder.ship.bases", "builder.ship.registry"):
+             "builder.rules.review", "builder.core.shell", "builder.ship.bases", "builder.ship.registry"):
     try:
         importlib.import_module(name)
     except ImportError:

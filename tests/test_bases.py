@@ -215,7 +215,7 @@ def test_preflight_reads_each_platforms_measurements_of_the_base(tmp_path):
     (tmp_path / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {"ngc-25.09": entry}}))
     spec = load_spec(path)
     for _ in range(2):
-        found = [f for f in preflight(spec, ["h100-gh200", "gh200-megatron"]) if f.rule == "IB012"]
+        found = [f for f in preflight(spec, [spec.stacks["h100-gh200"], spec.stacks["gh200-megatron"]]) if f.rule == "IB012"]
         said = {(f.stack, f.message.split(";")[0]) for f in found}
         # The H100 of the mixed stack runs on x86 nodes: the arm64 image's facts do not judge it.
         assert said == {("h100-gh200", "the base's torch has no kernels for GH200 (sm_90)"),
@@ -224,4 +224,5 @@ def test_preflight_reads_each_platforms_measurements_of_the_base(tmp_path):
     # Both images with sm_90: nothing to say.
     entry["platforms"]["linux/arm64"]["facts"] = facts("sm_80;sm_90;sm_100")
     (tmp_path / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {"ngc-25.09": entry}}))
-    assert not [f for f in preflight(load_spec(path), ["h100-gh200", "gh200-megatron"]) if f.rule == "IB012"]
+    spec = load_spec(path)
+    assert not [f for f in preflight(spec, [spec.stacks["h100-gh200"], spec.stacks["gh200-megatron"]]) if f.rule == "IB012"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import builder.ship.pipeline as build_mod
+from builder.prepared import prepare
 from builder.ship.bases import Resolved
 from builder.ship.pipeline import Builder
 from builder.ship.checks import CheckResult
@@ -439,13 +440,13 @@ def test_release_reads_the_registry_and_refuses_an_unbuilt_stack(world, tmp_path
     reg, engine, builder = world
     spec = spec_for(tmp_path, "good")
     monkeypatch.setattr(build_mod, "Registry", lambda host, **kw: reg)
-    monkeypatch.setattr(build_mod, "resolve", lambda spec, stacks: Resolved(digests=BASE))
+    prepared = prepare(spec, [spec.stacks["cpu-smoke"]], bases=Resolved(digests=BASE))
     with pytest.raises(PublishError, match="is not in the registry"):
-        build_mod.release(spec, ["cpu-smoke"], lambda line: None, date="2026.12.01")
+        build_mod.release(prepared, lambda line: None, date="2026.12.01")
     assert reg.release_puts() == []
     run(builder, spec)
     before = len(reg.release_puts())
-    moved = build_mod.release(spec, ["cpu-smoke"], lambda line: None, date="2026.12.03")
+    moved = build_mod.release(prepared, lambda line: None, date="2026.12.03")
     assert "cpu-smoke-2026.12.03" in moved["cpu-smoke"]
     put = [ref for _, ref in reg.release_puts()[before:]]   # the stack card first, then the three tags
     assert len(put) == 4 and put[0].endswith(".stack") and "cpu-smoke-2026.12.03" in put

@@ -76,7 +76,7 @@ def test_the_pipeline_is_the_plan(cli, tmp_path, source, ci, system):
 
     def choice(stack: str):
         """The first GPU of the stack, in its order, that a runner has: by model, else by generation."""
-        from builder.rules import catalog
+        from builder.core import catalog
         for gpu in spec.stack(stack).gpus:
             for name in (gpu.name, catalog.gpu_generation(gpu)):
                 if name in gmap:

@@ -18,7 +18,7 @@ from packaging.utils import canonicalize_name
 
 from conftest import DOCKER, run_cli
 from e2e import NS, REGISTRY, imgbuild, reports, stacks_file
-from builder.plan.lockfile import load_lock
+from builder.core.lockfile import load_lock
 from builder.ship.registry import Registry
 from tiny import index, publish as _publish, site as _site, wheel as _wheel  # noqa: F401  (the loopback index fixture)
 

@@ -18,7 +18,7 @@ import yaml
 
 from conftest import DOCKER, run_cli
 from e2e import NEEDLES, NS, REGISTRY, imgbuild, reports, stacks_file
-from builder.plan.lockfile import load_lock
+from builder.core.lockfile import load_lock
 from tiny import index, publish as _publish, site as _site, wheel as _wheel  # noqa: F401  (the loopback index fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]

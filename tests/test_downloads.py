@@ -116,7 +116,8 @@ def test_beside_a_lock_file_a_download_may_leave_out_its_sha256_and_the_lock_rec
     file records it the layer is IB098 and render refuses it; `imgbuild lock` fetches the file on the host once,
     keeps it in the cache under its sha256 and records it under downloads:; read back, the layer renders and
     keys exactly as with the sha256 written out, and lock --check follows the URLs stacks.yaml names."""
-    from builder.load.intent import Intents, read_pins
+    from builder.core.lockfile import load_lock
+    from builder.load.intent import Intents, pins
     from builder.ship.lock import downloads_section
     monkeypatch.setenv("IMGBUILD_CACHE", str(tmp_path / "cache"))
     floating = {**ONE, "url": server["url"]}
@@ -139,7 +140,7 @@ def test_beside_a_lock_file_a_download_may_leave_out_its_sha256_and_the_lock_rec
     assert [(r["url"], r["sha256"]) for r in section] == [(server["url"], SHA)]
     assert (tmp_path / "cache" / "downloads" / SHA).read_bytes() == BODY
     lock.write_text(yaml.safe_dump({"version": 1, "bases": {}, "downloads": section}))
-    assert read_pins(lock)[2] == {server["url"]: SHA}
+    assert pins(load_lock(f))["digests"] == {server["url"]: SHA}
     written = node(site(tmp_path / "b", [{**ONE, "url": server["url"]}]))
     locked = node(f)
     assert f"COPY --chmod=0755 downloads/{SHA} /usr/local/bin/tool\n" in locked.dockerfile and locked.key == written.key

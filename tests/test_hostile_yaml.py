@@ -18,7 +18,7 @@ import pytest
 from conftest import run_cli, write_stacks
 from test_spec_errors import VALID, unruled
 
-from builder.load import yamlsrc
+from builder.core import yamlsrc
 
 COMMANDS = [("check", "-f"), ("render", "--all", "-f"), ("plan", "--all", "--offline", "-f"), ("lint",)]
 

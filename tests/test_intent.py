@@ -17,7 +17,7 @@ from builder.errors import SpecError
 from builder.load.intent import Intents, floating, layer_intents
 from builder.load.spec import load_spec
 from builder.plan.keys import make_plan
-from builder.plan.lockfile import LockedDist, LockedPython, load_lock
+from builder.core.lockfile import LockedDist, LockedPython, load_lock
 from builder.plan.pinning import pinned, requirement_lines
 from builder.ship.lock import lock as write_lock
 from builder.ship.resolve import read_report
@@ -195,7 +195,7 @@ def test_a_git_ref_is_resolved_on_the_host_recorded_and_read_back_as_its_commit(
     assert run_cli("lock", "--check", "-f", f).code == 1
     intents = Intents(accept=True, resolve=ls_remote)
     spec = load_spec(f, intents=intents)
-    path, failures = write_lock(spec, [], None, say=lambda line: None, intents=intents)
+    path, failures, _ = write_lock(spec, [], None, say=lambda line: None, intents=intents)
     assert not failures and [(s.ref, s.commit) for s in load_lock(f).sources] == [("v1", tagged["v1"])]
     assert run_cli("lock", "--check", "-f", f).code == 0
     assert "IB098" not in run_cli("check", "stack=cpu-smoke", "-f", f).out

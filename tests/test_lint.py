@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from conftest import GOLDEN, STACKS, run_cli, write_stacks
-from builder.rules.dockerfile import parse
+from builder.core.dockerfile import parse
 from builder.rules.lint import lint_dockerfile, lint_rendered, lint_spec
 from builder.plan.keys import make_plan
 from builder.load.spec import load_spec
@@ -156,7 +156,7 @@ def test_the_escape_directive_is_honoured():
 def test_every_rendered_dockerfile_of_the_shipped_stacks_passes_lint():
     spec = load_spec(STACKS)
     assert lint_rendered(spec, make_plan(spec)) == []
-    assert lint_spec(spec, list(spec.stacks)) == []
+    assert lint_spec(spec, spec.stacks.values()) == []
 
 
 def test_the_golden_dockerfiles_pass_lint_even_without_context():
@@ -206,15 +206,16 @@ def test_the_build_gate_refuses_a_spec_lint_error_alone(tmp_path):
     credential in stacks.yaml (IB110) is refused, and a spec-lint warning is refused under --strict."""
     from builder.errors import PreflightError
     from builder.rules.preflight import preflight
+    from builder.prepared import prepare
     from builder.rules.review import gate
     from test_preflight import S, env, spec_data
     spec = load_spec(write_stacks(tmp_path / "token", spec_data(S("ngc2509", ["site"], runtime="e"),
                                                                  {"runtimes": {"e": env(HF_TOKEN="hf_abcdef")}})))
-    assert [f for f in preflight(spec, ["s"]) if f.severity == "error"] == []  # preflight alone lets it through
+    assert [f for f in preflight(spec, [spec.stacks["s"]]) if f.severity == "error"] == []  # preflight alone lets it through
     said = []
     with pytest.raises(PreflightError, match=r"error\(s\) found before building \(stacks: s\); nothing was built"):
-        gate(spec, ["s"], say=said.append)
-    [token] = [f for f in lint_spec(spec, ["s"]) if f.severity == "error"]
+        gate(prepare(spec), say=said.append)
+    [token] = [f for f in lint_spec(spec, [spec.stacks["s"]]) if f.severity == "error"]
     assert token.rule == "IB110" and token.key == "runtimes.e.params.env.HF_TOKEN"
     # The spec's lint names the key; the rendered Dockerfile's lint (the ENV line) reports it as well.
     assert token.render() in said and all("IB110" in line for line in said if line.startswith("error"))
@@ -222,9 +223,9 @@ def test_the_build_gate_refuses_a_spec_lint_error_alone(tmp_path):
 
     spec = load_spec(write_stacks(tmp_path / "arch", spec_data(S("ngc2509", ["site"], runtime="e"),
                                                                 {"runtimes": {"e": env(TORCH_CUDA_ARCH_LIST="8.0")}})))
-    assert [f.rule for f in gate(spec, ["s"], say=lambda line: None).findings if f.severity == "warning"] == ["IB105"]
+    assert [f.rule for f in gate(prepare(spec), say=lambda line: None).findings if f.severity == "warning"] == ["IB105"]
     with pytest.raises(PreflightError):
-        gate(spec, ["s"], say=lambda line: None, strict=True)
+        gate(prepare(spec), say=lambda line: None, strict=True)
 
 
 def test_check_lint_and_the_build_gate_judge_alike(kinds_copy):
@@ -232,6 +233,7 @@ def test_check_lint_and_the_build_gate_judge_alike(kinds_copy):
     Dockerfile. `check` refuses it, so `lint stacks.yaml` and the build gate must refuse it too, with the
     same findings (before, the gate ran no rendered lint and `lint` no preflight)."""
     from builder.errors import PreflightError
+    from builder.prepared import prepare
     from builder.rules.review import gate
     root = kinds_copy("site")
     shutil.copy2(STACKS, root / "stacks.yaml")
@@ -243,7 +245,8 @@ def test_check_lint_and_the_build_gate_judge_alike(kinds_copy):
     assert lint.code == 3 and "error IB107 [cpu-smoke]" in lint.out
     said = []
     with pytest.raises(PreflightError, match="nothing was built"):
-        gate(load_spec(root / "stacks.yaml"), ["cpu-smoke"], say=said.append)
+        spec = load_spec(root / "stacks.yaml")
+        gate(prepare(spec, [spec.stacks["cpu-smoke"]]), say=said.append)
     check_lines = [l for l in check.out.splitlines() if l.startswith(("error", "warning", "unknown"))]
     assert [l for l in "\n".join(said).splitlines() if l.startswith(("error", "warning", "unknown"))] == check_lines
     assert set(check_lines) <= set(lint.out.splitlines())
@@ -255,7 +258,7 @@ def test_shell_words_are_read_like_shlex_and_in_linear_time():
     import random
     import shlex
     import time
-    from builder.rules.shell import words
+    from builder.core.shell import words
     rng = random.Random(7)
     for _ in range(20000):
         text = "".join(rng.choice("ab '\"\\ \t$-=\n") for _ in range(rng.randint(0, 16)))
@@ -273,7 +276,7 @@ def test_shell_segments_are_slices_in_linear_time():
     """segments() splits on ; && || | and newlines outside quotes; it grew each segment a character at a
     time (a copy per quote: 50,000 quoted apt names took 2.9 s, 180,000 over 30 s)."""
     import time
-    from builder.rules.shell import segments
+    from builder.core.shell import segments
     assert segments("a && b 'c;d' | e\nf") == [("a", "&&", 0), ("b 'c;d'", "|", 5), ("e", "\n", 15), ("f", "", 17)]
     assert segments('x="a || b"; y') == [('x="a || b"', ";", 0), ("y", "", 12)]
     start = time.perf_counter()

@@ -59,16 +59,16 @@ def test_stack_resolves_to_the_digest_its_release_tag_names(monkeypatch):
             seen["ref"] = (repo, tag)
             return "sha256:" + "a" * 64 if tag == "cpu-smoke" else None
     monkeypatch.setattr(nodecheck, "Registry", Reg)
-    assert nodecheck.released_image(spec, "cpu-smoke") == f"{spec.site.registry}/imgbuild/cpu-smoke@sha256:{'a' * 64}"
+    assert nodecheck.released_image(spec, spec.stacks["cpu-smoke"]) == f"{spec.site.registry}/imgbuild/cpu-smoke@sha256:{'a' * 64}"
     assert seen["ref"] == ("imgbuild/cpu-smoke", "cpu-smoke")
     monkeypatch.setattr(Reg, "manifest_digest", lambda self, repo, tag: None)
     with pytest.raises(nodecheck.NodeCheckFailed, match="stack 'cpu-smoke' is not released"):
-        nodecheck.released_image(spec, "cpu-smoke")
+        nodecheck.released_image(spec, spec.stacks["cpu-smoke"])
 
 
 def test_the_batch_script_runs_one_rank_per_task_with_the_stacks_network_settings(tmp_path):
     spec = load_spec(STACKS)
-    env = nodecheck.runtime_env(spec.stack("h100-megatron"))
+    env = spec.stack("h100-megatron").runtime_env()
     assert env["NCCL_IB_HCA"] == "mlx5" and env["NCCL_SOCKET_IFNAME"] == "^lo,docker0"
     text = sbatch.script("reg/ns/h100-megatron@sha256:" + "b" * 64, "/shared/w.py", nodes=4, tasks_per_node=8,
                          gpus_per_node=8, env=env)

@@ -11,7 +11,7 @@ import yaml
 from conftest import STACKS, run_cli
 from builder.load.spec import load_spec
 from builder.plan.keys import make_plan
-from builder.plan.lockfile import LockedDist, LockedPython
+from builder.core.lockfile import LockedDist, LockedPython
 from builder.plan.pinning import pinned, requirement_lines
 
 DIGEST = {"debian-bookworm": "sha256:" + "ab" * 32}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from builder.errors import EngineError
-from builder.load import platforms as plat
+from builder.core import platforms as plat
 from builder.load.spec import load_spec
 from builder.ship.checks import CheckResult, judge
 from builder.ship.engine import BuildRequest, Engine, Result
@@ -204,7 +204,7 @@ def test_each_platform_installs_its_own_locked_python_set(tmp_path):
     said missing by `lock --check`, and that chain is not built from intent."""
     import yaml
     from builder.plan.keys import make_plan
-    from builder.plan.lockfile import stale_entries
+    from builder.load.intent import stale_entries
     from builder.errors import SpecError
     data = shipped_data()
     params = data["layers"]["cpu-torch-2.13"]["params"]

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from conftest import STACKS, copy_kinds, run_cli, write_stacks
+from builder.prepared import prepare
 from builder.errors import PreflightError
 from builder.rules.findings import Finding
 from builder.rules.preflight import RULES, preflight
@@ -151,7 +152,7 @@ def findings(tmp_path, stack: dict, extra=None, site=None, lock=None, strict=Fal
         write_any_lock(folder, file, lock)
     spec = load_spec(file)
     from builder.rules.lint import lint_spec
-    return spec, preflight(spec, ["s"], strict=strict) + lint_spec(spec, ["s"])
+    return spec, preflight(spec, [spec.stacks["s"]], strict=strict) + lint_spec(spec, [spec.stacks["s"]])
 
 
 def line_of(spec, key: str) -> int:
@@ -543,7 +544,7 @@ def reported_rule_ids() -> set:
     import inspect
 
     import builder.rules.preflight
-    from builder.rules import catalog
+    from builder.core import catalog
     source = [line for line in inspect.getsource(builder.rules.preflight).splitlines()
               if not line.lstrip().startswith("@rule(")]
     ids = set(re.findall(r'"(IB0\d\d)"', "\n".join(source)))
@@ -561,7 +562,7 @@ def test_every_registered_rule_has_a_failing_case(tmp_path):
     """Each registered rule, run on its own, produces the finding of at least one failing case (so that
     IB040 and IB041 are two rules, and IB030 is covered by a case that its own check reports)."""
     from builder.rules.facts import resolve
-    from builder.plan.lockfile import load_lock
+    from builder.core.lockfile import load_lock
     from builder.rules.preflight import Ctx
 
     covered: dict = {r.id: [] for r in RULES}
@@ -596,7 +597,7 @@ def test_an_nccl_wheel_other_than_the_one_torch_pins(tmp_path):
                                                               "packages": ["nvidia-nccl-cu12==2.21.5"]}}}}
     file = write_stacks(root, spec_data(S("pipcuda", ["b"], project="p"), extra))
     spec = load_spec(file)
-    f = next(f for f in preflight(spec, ["s"]) if f.rule == "IB075")
+    f = next(f for f in preflight(spec, [spec.stacks["s"]]) if f.rule == "IB075")
     assert f.severity == "warning" and f.key == "projects.p.params.packages[0]", f.render()
     assert f.message == "torch 2.7.1+cu126 wheels pin NCCL 2.26.2; nvidia-nccl-cu12==2.21.5 replaces it"
     assert "pip logs read for each torch release" in f.source
@@ -690,7 +691,7 @@ def test_build_refuses_an_impossible_stack_before_touching_docker(tmp_path, monk
     said = []
     start = time.perf_counter()
     with pytest.raises(PreflightError, match=r"1 error\(s\) found before building \(stacks: s\); nothing was built"):
-        build_module.build(spec, ["s"], say=said.append)
+        build_module.build(prepare(spec), say=said.append)
     assert time.perf_counter() - start < 1.0
     assert any(line.startswith("error IB011 [s]") for line in said)
 
@@ -707,7 +708,8 @@ def test_build_lets_a_possible_stack_through_to_the_engine(monkeypatch):
     monkeypatch.setattr(build_module.Engine, "detect", engine)
     said = []
     with pytest.raises(Reached):
-        build_module.build(load_spec(STACKS), ["cpu-smoke", "h100-megatron"], say=said.append)
+        spec = load_spec(STACKS)
+        build_module.build(prepare(spec, [spec.stacks["cpu-smoke"], spec.stacks["h100-megatron"]]), say=said.append)
     # The shipped stacks have no lock file: every layer that installs with pip is said to be unlocked
     # (IB096, a warning without --require-locked), and nothing else is.
     assert not [line for line in said if line.startswith(("error", "warning")) and " IB096 " not in line], said

@@ -14,7 +14,8 @@ from conftest import STACKS, run_cli
 from e2e import NS
 from builder.ship.engine import Engine
 from builder.rules.facts import resolve
-from builder.ship.lock import load_lock, probe
+from builder.core.lockfile import load_lock
+from builder.ship.lock import probe
 from builder.rules.preflight import preflight
 from builder.ship.registry import Registry
 from builder.load.spec import load_spec
@@ -54,7 +55,7 @@ def test_lock_records_the_digest_and_preflight_uses_the_measurement(stacks):
     facts = resolve(spec, spec.stack("cpu-smoke"), lock)
     assert facts.get("os").origin == "measured" and str(facts.get("os").value) == "debian-12"
     assert facts.get("python").origin == "declared"  # not measured (no Python in the base): declared stands
-    assert [f for f in preflight(spec, ["cpu-smoke"], strict=True) if f.severity == "error"] == []
+    assert [f for f in preflight(spec, [spec.stacks["cpu-smoke"]], strict=True) if f.severity == "error"] == []
     res = run_cli("check", "--strict", "-f", stacks)
     assert res.code == 0 and f"measured facts from {stacks.with_name('stacks.lock.yaml')}" in res.out, res.output
 

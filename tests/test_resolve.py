@@ -14,7 +14,8 @@ from conftest import STACKS, run_cli
 from builder.errors import EngineError, SpecError
 from builder.load.spec import load_spec
 from builder.plan.keys import make_plan
-from builder.plan.lockfile import load_lock, stale_entries
+from builder.core.lockfile import load_lock
+from builder.load.intent import stale_entries
 from builder.ship.resolve import read_report, resolving
 
 REPORT = Path(__file__).parent / "data" / "pip-report-deepspeed-0.19.8.json"   # pip 23.0.1, cpu-smoke's torch

@@ -103,7 +103,7 @@ def test_measured_absence_of_cuda_wins_over_the_declared_one(tmp_path):
     declared > catalog): a lock that measured no CUDA toolkit (cuda: null) means no CUDA ops are compiled,
     and render and preflight agree on it."""
     from builder.rules.facts import resolve
-    from builder.plan.lockfile import load_lock
+    from builder.core.lockfile import load_lock
     file = write_spec(tmp_path, {"s": {"base": "ngc-decl", "layers": ["site", "ds"]}},
                       lock=("ngc-decl", {"cuda": None}))
     spec = load_spec(file)
@@ -136,7 +136,8 @@ def test_declared_version_without_local_label_agrees_with_the_catalogs(tmp_path)
     extra = {"bases": {"ngc2304": {"image": "nvcr.io/nvidia/pytorch:23.04-py3", "family": "ngc-pytorch",
                                    "provides": {"torch": "2.1.0a0", "cuda": "12.1", "python": "3.8"}}}}
     file = write_spec(tmp_path, {"s": {"base": "ngc2304", "layers": ["site"]}}, extra)
-    found = preflight(load_spec(file), ["s"])
+    spec = load_spec(file)
+    found = preflight(spec, [spec.stacks["s"]])
     assert not [f for f in found if f.rule == "IB090"], [f.render() for f in found]
 
 

@@ -21,7 +21,7 @@ from builder.errors import DiffError
 from builder.plan.layout import layer_of_release, release_repo
 from builder.ship import oci, sbom
 from builder.ship.manifest import VOLATILE_ENV, fetch_manifest
-from builder.load import platforms as plat
+from builder.core import platforms as plat
 from builder.ship.registry import Ref, Registry, json_object
 from builder.load.spec import Site
 

@@ -24,7 +24,8 @@ from builder.ship.bases import resolve
 from builder.errors import DiffError, ImgbuildError
 from builder.plan.layout import layer_repo, release_repo
 from builder.load.params import GitPin, Uninstall, WheelPin
-from builder.plan.keys import Node, Plan, image_ref, make_plan
+from builder.plan.keys import Node, Plan, image_ref
+from builder.prepared import prepare
 from builder.ship.publish import TAG_OK
 from builder.ship.registry import Registry
 from builder.rules import facts
@@ -208,8 +209,8 @@ def _reported(label: str, tmp: Path | None, fn, *args):
 def _plan(spec: Spec, label: str, reg: Registry | None, lookup: str) -> _Side:
     # The one resolver that plan and build use: declared, then the revision's own lock file, then the
     # site registry (where mirrored bases live), so that diff names the keys a build would compute.
-    digests = resolve(spec, lookup=lookup, registry=(lambda host: reg) if reg else Registry).digests
-    return _Side(label, spec, make_plan(spec, digests=digests))
+    bases = resolve(spec, lookup=lookup, registry=(lambda host: reg) if reg else Registry)
+    return _Side(label, spec, prepare(spec, bases=bases).locked())
 
 
 # -- comparing ------------------------------------------------------------------------------------

@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from builder.load import platforms
+from builder.core import platforms
 from builder.load.params import type_name
 from builder.redact import redact
-from builder.rules import catalog
+from builder.core import catalog
 
 KEYS = {"release_branch", "runner_tags", "gpu_runner_tags", "github_runs_on", "github_gpu_runs_on",
         "github_environment", "github_actions", "timeouts", "platform_runner_tags", "github_platform_runs_on"}

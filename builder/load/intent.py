@@ -28,6 +28,9 @@ from typing import Callable
 import yaml
 from packaging.requirements import Requirement
 
+from builder.core.lockfile import lock_path
+from builder.core.platforms import DEFAULT as DEFAULT_PLATFORM
+
 # A git ref a site may float on: a tag or branch name as `git check-ref-format` allows it (plain names
 # and slashes; no '..', no leading '-', no '@{', no control or glob characters), at most 200 characters.
 REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*@\{)(?!.*//)[A-Za-z0-9._+/-]{1,200}(?<![./])\Z")
@@ -55,6 +58,9 @@ class Intents:
     found_digests: dict = field(default_factory=dict)
     digest_stamps: dict = field(default_factory=dict)
     used_urls: set = field(default_factory=set)
+    # Take refs, digests and their stamps from the lock file load_spec reads (the one read of it), rather
+    # than from the fields given here.
+    pinned_by_lock: bool = False
 
     def commit(self, repo: str, ref: str) -> str | None:
         self.used.add((repo, ref))
@@ -157,32 +163,60 @@ def git_requirement(url: str) -> dict | None:
             "sub": fragment[len("subdirectory="):] if fragment else None}
 
 
-def lock_path(spec_file: str | Path) -> Path:
-    """stacks.lock.yaml beside stacks.yaml (NAME.lock.yaml beside NAME.yaml)."""
-    spec_file = Path(spec_file)
-    return spec_file.with_name(spec_file.stem + ".lock.yaml")
+def pins(lock) -> dict:
+    """What the lock file (a Lock, or None) pins on the host, as Intents takes it: from `sources:` (repo, ref)
+    -> commit and -> when it was recorded, from `downloads:` url -> sha256 and -> when."""
+    sources, downloads = (lock.sources, lock.downloads) if lock is not None else ((), ())
+    return {"refs": {(s.repo, s.ref): s.commit for s in sources},
+            "stamps": {(s.repo, s.ref): s.resolved for s in sources},
+            "digests": {d.url: d.sha256 for d in downloads},
+            "digest_stamps": {d.url: d.resolved for d in downloads}}
 
 
-def read_pins(lock_file: Path) -> tuple[dict, dict, dict, dict]:
-    """What the lock file pins on the host, read once: from `sources:` (repo, ref) -> commit and -> when it was
-    recorded, from `downloads:` url -> sha256 and -> when; empty where there is no such file or section. Read
-    leniently here: builder.plan.lockfile reads the whole file strictly (and refuses a malformed value)."""
-    try:
-        data = yaml.safe_load(lock_file.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        data = {}
-    data = data if isinstance(data, dict) else {}
-    refs, stamps, digests, digest_stamps = {}, {}, {}, {}
-    for rec in data.get("sources") or []:
-        if isinstance(rec, dict) and SHA40.match(str(rec.get("commit", ""))):
-            key = (str(rec.get("repo")), str(rec.get("ref")))
-            refs[key], stamps[key] = str(rec["commit"]), str(rec.get("resolved", ""))
-    for rec in data.get("downloads") or []:
-        if isinstance(rec, dict) and SHA256_HEX.match(str(rec.get("sha256", ""))):
-            url = str(rec.get("url"))
-            digests[url], digest_stamps[url] = str(rec["sha256"]), str(rec.get("resolved", ""))
-    return refs, stamps, digests, digest_stamps
+def stale_entries(spec) -> list[str]:
+    """What of the lock file no longer stands for the stacks file, a line each: a base entry probed from
+    another image, a layer or Python entry whose layer, a layer beneath it or the base changed (its
+    definition), or whose layer or stack is gone. No lock file at all is one line too."""
+    lock = spec.lock
+    if lock is None:
+        return [f"{lock_path(spec.file)}: no lock file (imgbuild lock writes it)"]
+    out = []
+    for name, entry in lock.bases.items():
+        base = spec.bases.get(name)
+        if base is None:
+            out.append(f"bases.{name}: no such base in {spec.file}")
+        elif not base.locked_by(entry, spec.site):
+            out.append(f"bases.{name}: probed from {entry.image}@{entry.digest}, not the base stacks.yaml names now")
+    everything = [("layers", name, entry) for name, entry in lock.layers.items()] + \
+        [("python", name, entry) for name, entries in lock.python_all.items() for entry in entries]
+    for section, name, entry in everything:
+        stack = getattr(entry, "stack", None)
+        stacks = [spec.stacks[stack]] if stack in spec.stacks else \
+            [s for s in spec.stacks.values() if name in [d.name for d in s.chain]][:1]
+        if not stacks or name not in [d.name for d in stacks[0].chain]:
+            out.append(f"{section}.{name}: layer {name!r} is in no stack's chain" + (f" ({stack})" if stack else ""))
+            continue
+        base_digest = None if section == "python" else lock.base_digest(stacks[0].base, spec.site)
+        now = stacks[0].layer_definition(name, base_digest)
+        if entry.definition != now:
+            out.append(f"{section}.{name}: the layer, a layer beneath it or its base changed since it was "
+                       f"{'resolved' if section == 'python' else 'measured'}; run imgbuild lock "
+                       f"{'python' if section == 'python' else 'layer'}={name}"
+                       + (f" (or stack={stack})" if section == "python" and stack else ""))
+    seen = set()
+    for stack in spec.stacks.values():
+        for layer in stack.chain:
+            floating = [i for i in layer_intents(layer) if i[2] not in HOST_PINNED]
+            definition = stack.layer_definition(layer.name, None)
+            for platform in stack.platforms:
+                if floating and not lock.python_for(layer.name, definition, platform) and \
+                        (layer.name, definition, platform) not in seen:
+                    seen.add((layer.name, definition, platform))
+                    on = "" if platform == DEFAULT_PLATFORM else f" on {platform}"
+                    out.append(f"python.{layer.name}: missing{on}: {floating[0][1]!r} floats ({floating[0][2]}); run "
+                               f"imgbuild lock python={layer.name} (or stack={stack.name})")
+    return out
 
 
-__all__ = ["HOST_PINNED", "INTENTS", "Intents", "REF", "floating", "git_requirement", "layer_intents", "lock_path", "read_pins",
+__all__ = ["HOST_PINNED", "INTENTS", "Intents", "REF", "floating", "git_requirement", "layer_intents", "lock_path", "pins", "stale_entries",
            "reading", "unresolved_refs"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from builder.errors import SpecError, SpecErrors
 from builder.load.params import TYPES, ParamError, ParamSpec
-from builder.load.yamlsrc import Doc, dotted, load_file
+from builder.core.yamlsrc import Doc, dotted, load_file
 
 ROLES = ("base", "layer", "project", "runtime")
 # ngc-pytorch / ngc-jax: NVIDIA's framework images (nvcr.io/nvidia/pytorch, nvcr.io/nvidia/jax); cuda: NVIDIA's

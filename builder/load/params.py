@@ -22,7 +22,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from builder.load.intent import INTENTS, REF, floating, git_requirement
-from builder.load.platforms import wheel_platform
+from builder.core.platforms import wheel_platform
 from builder.redact import has_credentials, redact
 
 TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt",
@@ -1077,8 +1077,8 @@ def _relpath(spec: ParamSpec, value: Any) -> Any:
 
 
 def _gpus(spec: ParamSpec, value: Any) -> tuple:
-    """GPU names from the catalog (builder/rules/data/catalog.yaml), as a stack's `gpus` are."""
-    from builder.rules import catalog
+    """GPU names from the catalog (builder/core/data/catalog.yaml), as a stack's `gpus` are."""
+    from builder.core import catalog
     out = _list(spec, value)
     known = catalog.gpus()
     for i, name in enumerate(out):

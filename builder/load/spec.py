@@ -16,14 +16,16 @@ from typing import Any, Callable
 
 from packaging.version import InvalidVersion, Version
 
-from builder.rules import catalog
-from builder.load import ciconf, k8sconf, platforms, retention, versions
+from builder.core import catalog
+from builder.core import platforms
+from builder.load import ciconf, k8sconf, retention, versions
 from builder.load.ciconf import CiSettings
 from builder.errors import SpecError, SpecErrors
 from builder.load.kinds import FAMILIES, NGC_FAMILIES, Kind, load_kinds
-from builder.load.intent import Intents, lock_path, read_pins, reading
+from builder.core.lockfile import load_lock
+from builder.load.intent import Intents, lock_path, pins, reading
 from builder.load.params import VERSION_RANGE, ParamError, WheelPins, files_root, not_exact, text, type_name, version
-from builder.load.yamlsrc import Doc, load_file
+from builder.core.yamlsrc import Doc, load_file
 from builder.redact import redact
 
 NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*\Z")  # \Z: "$" would accept a trailing newline
@@ -187,6 +189,20 @@ class Stack:
         """TORCH_CUDA_ARCH_LIST for the target GPUs, sorted numerically, e.g. '8.0;9.0'."""
         return arch_list(self.gpus)
 
+    def runtime_env(self) -> dict:
+        """The variables the stack's runtime layers set in the image (its NCCL and IB settings): a batch job
+        exports them for every task, as a training job on those nodes would run; the stack card records them."""
+        out = {}
+        for layer in self.chain:
+            if layer.kind.role != "runtime":
+                continue
+            for pname, param in layer.kind.params.items():
+                if param.type == "env":
+                    for var, value in dict(layer.params).get(pname) or ():
+                        if isinstance(value, str):
+                            out[var] = value
+        return out
+
     def layer_definition(self, layer: str, base_digest: str | None) -> str:
         """What a measurement of a layer's image stands for: the base (reference and digest) and the
         definitions of that layer and every layer beneath it (kind, its files, parameters). A lock file
@@ -217,6 +233,9 @@ class Spec:
     stacks: dict
     kinds: dict
     doc: Doc | None = field(default=None, compare=False, repr=False)  # lines of every key, for findings
+    # The lock file beside it (builder.core.lockfile.Lock, None where there is none), read once with it:
+    # planning, the judges, the base resolver and `imgbuild lock` take it from here.
+    lock: Any = field(default=None, compare=False, repr=False)
 
     def stack(self, name: str) -> Stack:
         if name not in self.stacks:
@@ -336,7 +355,7 @@ class _Loader:
     # reference to it, a stack extending a stack with refusals of its own, the chain of a stack with a
     # part unread.
 
-    def spec(self, file: Path, root: Path) -> Spec:
+    def spec(self, file: Path, root: Path, lock: Any) -> Spec:
         """Raises only for what leaves nothing else readable: no mapping at the top, another version."""
         data = self.mapping((), self.doc.data, what="a mapping with bases, layers and stacks")
         if not self.attempt(self.mapping, (), data, TOP_KEYS)[0]:
@@ -349,14 +368,12 @@ class _Loader:
         if not read:
             self.incomplete.add("site")
             site = Site()
-        from builder.plan.lockfile import load_lock   # here: lockfile reads Spec
-        lock = load_lock(file)
         bases = self.bases(data, site, lock)
         with files_root(file.resolve().parent):   # `file` parameters (patches, configs) live beside stacks.yaml
             layers = self.layers(data)
         stacks = self.stacks(data, bases, layers, site)
         return Spec(file=str(file), root=root, site=site, bases=bases, layers=layers, stacks=stacks,
-                    kinds=self.kinds, doc=self.doc)
+                    kinds=self.kinds, doc=self.doc, lock=lock)
 
     def section(self, data: dict, name: str, required: bool = False) -> dict:
         """A section's entries: {} where it is absent (refused where required) or taken as refused."""
@@ -800,8 +817,11 @@ def _as_version(value: Any) -> Any:
         return str(value)   # kept as measured; still a CUDA that is there
 
 
+UNREAD = object()
+
+
 def load_spec(file: str | Path, root: str | Path | None = None, kinds: Any = None,
-              intents: Intents | None = None) -> Spec:
+              intents: Intents | None = None, lock: Any = UNREAD) -> Spec:
     """Load stacks.yaml and its layer kinds: the shipped ones (builder.load.kindpath.shipped_root), plus the
     site's. root is the site folder (default: the stacks file's): its layers/ adds kinds, its
     Dockerfile.j2 (if any) replaces the skeleton. kinds: more kind folders, highest priority first
@@ -811,23 +831,29 @@ def load_spec(file: str | Path, root: str | Path | None = None, kinds: Any = Non
     of the file. A file that cannot be read as YAML, or a kind folder, is refused at its first mistake.
 
     intents: how floating values are read (builder.load.intent); by default they are accepted where a lock
-    file stands beside the stacks file, and git refs take the commits it records."""
+    file stands beside the stacks file, and git refs take the commits it records.
+
+    The lock file is read here, once, and kept as Spec.lock; lock: the one to take instead (`imgbuild lock`
+    reading stacks.yaml again in one run)."""
     file = Path(file)
+    if lock is UNREAD:
+        lock = load_lock(file)
     if intents is None:
-        lock = lock_path(file)
-        refs, _, digests, _ = read_pins(lock)
-        intents = Intents(accept=lock.is_file(), refs=refs, digests=digests, lock_file=lock.name)
+        intents = Intents(accept=lock is not None, lock_file=lock_path(file).name, pinned_by_lock=True)
+    if intents.pinned_by_lock:
+        for name, value in pins(lock).items():
+            setattr(intents, name, value)
     with reading(intents):
-        return _load(file, root, kinds)
+        return _load(file, root, kinds, lock)
 
 
-def _load(file: Path, root: str | Path | None, kinds: Any) -> Spec:
+def _load(file: Path, root: str | Path | None, kinds: Any, lock: Any) -> Spec:
     from builder.load.kindpath import find_kinds
     site_dir = Path(root) if root is not None else file.resolve().parent
     kinds = find_kinds(site_dir, None if kinds is None else [Path(k) for k in kinds], load_kinds)
     loader = _Loader(load_file(file), kinds)
     try:
-        spec = loader.spec(file, kinds.root)
+        spec = loader.spec(file, kinds.root, lock)
     except SpecError as exc:   # what everything after it depends on: reading stops here
         loader.refused.append(exc)
     if len(loader.refused) == 1:

@@ -54,10 +54,11 @@ class NodeReport:
                 "seconds": self.seconds, "results": self.results}
 
 
-def released_image(spec: Spec, stack: str) -> str:
+def released_image(spec: Spec, target) -> str:
     """The exact image a stack's release tag names now (REGISTRY/NS/STACK@sha256:...): the check runs on
-    that digest, not on whatever the tag names by the time a node pulls it."""
-    templates = [t for t in spec.stack(stack).tags if set(re.findall(r"\{([^}]*)\}", t)) <= {"stack"}]
+    that digest, not on whatever the tag names by the time a node pulls it. target: the Stack."""
+    stack = target.name
+    templates = [t for t in target.tags if set(re.findall(r"\{([^}]*)\}", t)) <= {"stack"}]
     if not templates:
         raise NodeCheckFailed(f"stack {stack!r} has no release tag made of its name alone to find its image by",
                               hint="give the image reference instead of stack=NAME")
@@ -68,21 +69,6 @@ def released_image(spec: Spec, stack: str) -> str:
         raise NodeCheckFailed(f"stack {stack!r} is not released: {spec.site.registry}/{repo}:{tag} is not in the "
                               "registry", hint=f"imgbuild build stack={stack}")
     return f"{spec.site.registry}/{repo}@{digest}"
-
-
-def runtime_env(stack) -> dict:
-    """The variables the stack's runtime layers set in the image (its NCCL and IB settings): a batch job
-    exports them for every task, as a training job on those nodes would run."""
-    out = {}
-    for layer in stack.chain:
-        if layer.kind.role != "runtime":
-            continue
-        for pname, spec in layer.kind.params.items():
-            if spec.type == "env":
-                for var, value in dict(layer.params).get(pname) or ():
-                    if isinstance(value, str):
-                        out[var] = value
-    return out
 
 
 def framework_of(stack) -> str:
@@ -215,5 +201,5 @@ def table(report: NodeReport) -> str:
     return "\n".join(rows)
 
 
-__all__ = ["NodeCheckFailed", "NodeReport", "released_image", "run", "runtime_env", "table", "framework_of",
+__all__ = ["NodeCheckFailed", "NodeReport", "released_image", "run", "table", "framework_of",
            "worker_file", "WORKER", "JAX_WORKER", "IN_IMAGE"]

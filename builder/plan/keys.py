@@ -23,9 +23,8 @@ from builder.errors import SpecError
 from builder.load.kinds import CheckSpec
 from builder.plan.layout import layer_repo
 from builder.load.intent import UNPINNED_DOWNLOAD, layer_intents, lock_path, unresolved_refs
-from builder.plan.lockfile import load_lock
 from builder.plan import pinning
-from builder.load import platforms as plat
+from builder.core import platforms as plat
 from builder.load.params import FileRef, GitPin, Uninstall, WheelPin
 from builder.plan.render import CudaTargets, render_layer
 from builder.load.spec import LayerDef, Spec, Stack
@@ -85,6 +84,26 @@ class Plan:
     chains: dict = field(default_factory=dict)    # (stack name, platform) -> tuple of node keys, bottom to top
     users: dict = field(default_factory=dict)     # key -> [stack names]
     unresolved: set = field(default_factory=set)  # base names whose digest is not known
+    lock: object = field(default=None, repr=False)  # the lock file planned with (builder.core.lockfile.Lock)
+    # (stack name, layer, its lock entry or None) of every layer planned: what refuse_unlocked judges
+    floating: list = field(default_factory=list, repr=False)
+
+    def refuse_unlocked(self) -> None:
+        """Refuses (IB098) the first layer whose intent the lock does not resolve: a plan made with intent
+        tolerated (the prepared plan) is built, rendered or keyed only after this."""
+        for _, layer, entry in self.floating:
+            refuse_intent(self.spec, self.lock, layer, entry)
+
+    def narrowed(self, names: Iterable[str]) -> "Plan":
+        """The plan of some of its stacks (a CI node job's: those holding the node), planned no further."""
+        names = list(names)
+        keys = {k for name in names for k in self.stacks[name]}
+        return Plan(spec=self.spec, nodes={k: n for k, n in self.nodes.items() if k in keys},
+                    stacks={name: self.stacks[name] for name in names},
+                    chains={c: keys_ for c, keys_ in self.chains.items() if c[0] in names},
+                    users={k: [s for s in self.users[k] if s in names] for k in self.nodes if k in keys},
+                    unresolved={self.spec.stacks[name].base.name for name in names} & self.unresolved,
+                    lock=self.lock, floating=[f for f in self.floating if f[0] in names])
 
     def platforms(self, stack: str) -> tuple:
         return tuple(p for s, p in self.chains if s == stack)
@@ -257,24 +276,25 @@ def refuse_intent(spec: Spec, lock, layer: LayerDef, entry) -> None:
                     + ", then commit the lock file")
 
 
-def make_plan(spec: Spec, stacks: Iterable[str] | None = None, digests: dict | None = None, lock=None,
+def make_plan(spec: Spec, stacks: Iterable[Stack | str] | None = None, digests: dict | None = None, lock=None,
               intent: bool = False) -> Plan:
-    """Plan the named stacks (all when None). digests maps base names to digests resolved from a
+    """Plan the stacks (Stack objects; names are looked up, for tests and scripts; all when None). digests maps base names to digests resolved from a
     registry or lock file; without them a base's declared digest is used, else the keys are provisional.
-    lock: the lock file (default: the one beside the stacks file), whose resolved pip sets each layer
+    lock: the lock file (default: the one read with the stacks file, Spec.lock), whose resolved pip sets each layer
     installs, and whose sets are part of the keys. A layer whose requirements float (a range, a git tag,
     a requirements file) is refused where the lock has no current set for it, unless intent is True
     (`imgbuild lock`, which resolves it, and the review, which reports it as IB098): nothing is built,
     rendered or keyed from intent."""
     digests = digests or {}
-    if lock is None and spec.file:
-        lock = load_lock(spec.file)
-    plan = Plan(spec=spec)
+    if lock is None:
+        lock = spec.lock
+    plan = Plan(spec=spec, lock=lock)
     # A layer's text depends only on its definition, the base and the arch targets (layer_context),
     # so stacks that share a layer on the same base render it once.
     texts: dict = {}
-    for name in (stacks if stacks is not None else spec.stacks):
-        stack = spec.stack(name)
+    for stack in (stacks if stacks is not None else spec.stacks.values()):
+        stack = stack if isinstance(stack, Stack) else spec.stack(stack)
+        name = stack.name
         every: list = []
         for platform in stack.platforms:
             keys = _plan_chain(plan, spec, stack, platform, digests, lock, intent, texts)
@@ -305,6 +325,7 @@ def _plan_chain(plan: Plan, spec: Spec, stack: Stack, platform: str, digests: di
                 text, locked = pinning.pinned(text, entry)
             except ValueError:
                 entry = None   # resolved for another rendering of the layer: not this one's set
+        plan.floating.append((stack.name, layer, entry))
         if not intent:
             refuse_intent(spec, lock, layer, entry)
         parent_input = parent_key or f"base:{ref}"

@@ -17,7 +17,7 @@ import json
 import re
 from urllib.parse import unquote
 
-from builder.rules.shell import PIP_VALUE_OPTS, words
+from builder.core.shell import PIP_VALUE_OPTS, words
 
 PIP = "python -m pip install"
 MOUNT = "--mount=type=bind,source=imgbuild-lock,target=/imgbuild-lock"

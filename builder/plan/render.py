@@ -18,12 +18,12 @@ from typing import Any
 import jinja2
 
 from builder.errors import RenderError
-from builder.load import platforms as plat
+from builder.core import platforms as plat
 from builder.load.kindpath import SKELETON, Templates
-from builder.load import platforms as plat
+from builder.core import platforms as plat
 from builder.load.params import CONTROL, EnvPath, FileRef, GitPin, WheelPin
 from builder.load.spec import LayerDef, Spec, Stack, arch_list
-from builder.rules import catalog
+from builder.core import catalog
 
 # Instructions a fragment may not write: the skeleton owns the stage and the labels.
 FORBIDDEN = re.compile(r"^\s*(FROM|LABEL|MAINTAINER)\b", re.IGNORECASE | re.MULTILINE)

@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from builder.rules import catalog
+from builder.core import catalog
 from builder.load import versions
 from builder.load.params import GitPin, Uninstall, WheelPin
 from builder.load.spec import Base, LayerDef, Spec, Stack

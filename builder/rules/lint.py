@@ -2,8 +2,8 @@
 fragile_patterns.md), found in the spec, in imgbuild's own rendered Dockerfiles, and in any Dockerfile
 a site points `imgbuild lint` at. Each finding has a rule id (IB1xx), a line, a severity and a fix.
 
-Reading is elsewhere: builder.rules.dockerfile (instructions, and per RUN its shell text, variables and
-SHELL) and builder.rules.shell (words, segments, pip/conda/git commands). This module holds the rules.
+Reading is elsewhere: builder.core.dockerfile (instructions, and per RUN its shell text, variables and
+SHELL) and builder.core.shell (words, segments, pip/conda/git commands). This module holds the rules.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from typing import Callable, Iterable
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
-from builder.rules import catalog
-from builder.rules.dockerfile import PREDEFINED_ARGS, Dockerfile, Instruction, from_image, global_args, parse
+from builder.core import catalog
+from builder.core.dockerfile import PREDEFINED_ARGS, Dockerfile, Instruction, from_image, global_args, parse
 from builder.rules.facts import jax_cuda_of, resolve
 from builder.rules.findings import Finding
-from builder.rules.shell import (assignments, checkout_ref, command_words, conda_install, expand, git_url_ref,
+from builder.core.shell import (assignments, checkout_ref, command_words, conda_install, expand, git_url_ref,
                                  pip_install_args, pip_requirements, words)
-from builder.load.spec import Spec
-from builder.load.yamlsrc import dotted
+from builder.load.spec import Spec, Stack
+from builder.core.yamlsrc import dotted
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
 HEX_SHORT = re.compile(r"^[0-9a-f]{7,39}\Z")
@@ -614,13 +614,13 @@ def lint_dockerfile(text: str, file: str, base_cuda: Version | None = None,
 
 # -- the spec and imgbuild's own rendered Dockerfiles -----------------------------------------------
 
-def lint_spec(spec: Spec, stacks: Iterable[str], lock=None) -> list[Finding]:
+def lint_spec(spec: Spec, stacks: Iterable[Stack], lock=None) -> list[Finding]:
     """Spec values: credentials (IB110), environment that sets arch lists other than the stack's gpus
     (IB105), turns off the torch constraint (IB109), or *-cuXX pins for another CUDA (IB108). lock: the
     measured facts preflight uses (builder.rules.review passes the same)."""
     out = []
-    for name in stacks:
-        stack = spec.stack(name)
+    for stack in stacks:
+        name = stack.name
         sf = resolve(spec, stack, lock)
         cuda = sf.version("cuda")
 

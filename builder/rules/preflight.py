@@ -15,16 +15,16 @@ from typing import Callable, Iterable, Iterator
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from builder.rules import catalog
-from builder.load import platforms as plat, versions
+from builder.core import catalog
+from builder.core import platforms as plat
+from builder.load import versions
 from builder.load.params import Download, WheelPin, WheelPins
-from builder.rules.catalog import Known, driver_tuple
+from builder.core.catalog import Known, driver_tuple
 from builder.rules.facts import agree, ORIGINS, Fact, StackFacts, major_minor, resolve
 from builder.rules.findings import Finding, ordered, strict as make_strict
 from builder.rules.lint import ARCH_VARIANT
-from builder.plan.lockfile import load_lock
 from builder.load.spec import LayerDef, Spec, Stack
-from builder.load.yamlsrc import dotted
+from builder.core.yamlsrc import dotted
 
 @dataclass(frozen=True)
 class Rule:
@@ -54,7 +54,7 @@ class Ctx:
     spec: Spec
     stack: Stack
     facts: StackFacts
-    lock: object = None   # the lock file (builder.plan.lockfile.Lock), where there is one
+    lock: object = None   # the lock file (builder.core.lockfile.Lock), where there is one
 
     def stack_key(self, *rest) -> tuple:
         """Where in stacks.yaml this stack's `rest[0]` is written: the stack itself or one it extends."""
@@ -594,7 +594,7 @@ def megatron(ctx: Ctx) -> Iterator[Finding]:
     rel = catalog.megatron_release(version=fact.value)
     if rel is None:
         yield ctx.unknown("IB060", key, f"megatron-core {fact.value} is not in the catalog: its Python and torch "
-                          "requirements are not known", fix="add the release to builder/rules/data/catalog.yaml")
+                          "requirements are not known", fix="add the release to builder/core/data/catalog.yaml")
         return
     known = Known(rel.version, rel.source, rel.verified)
     pinned = dict(layer.params)["source"].commit
@@ -919,13 +919,12 @@ def _judged_on(stack: Stack, finding: Finding, platform: str) -> bool:
     return host == platform or (host not in stack.platforms and platform == stack.platforms[0])
 
 
-def preflight(spec: Spec, stacks: Iterable[str], lock=None, strict: bool = False) -> list[Finding]:
-    """Findings of every rule for the named stacks; lock: a builder.ship.lock.Lock, else the lock file beside
-    the spec is read when there is one. strict: warnings become errors."""
-    lock = lock if lock is not None else load_lock(spec.file)
+def preflight(spec: Spec, stacks: Iterable[Stack], lock=None, strict: bool = False) -> list[Finding]:
+    """Findings of every rule for the stacks; lock: a builder.core.lockfile.Lock, else the one read with the
+    spec (Spec.lock). strict: warnings become errors."""
+    lock = lock if lock is not None else spec.lock
     out: list[Finding] = []
-    for name in stacks:
-        stack = spec.stack(name)
+    for stack in stacks:
         # Each platform's facts (the lock measures each image of an index); a finding on both is said once,
         # and one about a GPU only where that GPU's nodes are (an H100 is judged by the amd64 image's facts).
         said: list[Finding] = []

@@ -15,24 +15,24 @@ from typing import Callable
 from packaging.utils import canonicalize_name
 
 from builder.errors import PreflightError, SpecError
-from builder.load.yamlsrc import dotted
+from builder.core.yamlsrc import dotted
 from builder.load.intent import layer_intents, unresolved_refs
-from builder.rules import catalog
+from builder.core import catalog
 from builder.rules import lint as lint_module
 from builder.rules import preflight as preflight_module
 from builder.rules.findings import Finding, errors, ordered, strict as make_strict, summary
 from builder.rules.lint import lint_rendered, lint_spec
-from builder.plan.lockfile import Lock, load_lock
-from builder.plan.keys import Plan, make_plan, python_entry
+from builder.core.lockfile import Lock
+from builder.plan.keys import Plan, python_entry
 from builder.rules.preflight import preflight
-from builder.load.spec import Spec
+from builder.load.spec import Spec, Stack
 
 
 @dataclass(frozen=True)
 class Review:
     findings: list
     lock: Lock | None
-    plan: Plan                # what was rendered and linted (without base digests: keys may be provisional)
+    plan: Plan                # what was rendered and linted (the prepared plan)
 
     @property
     def nodes(self) -> int:
@@ -60,10 +60,10 @@ def known_rules() -> frozenset:
     return frozenset(re.findall(r"[\"'](IB\d{3})[\"']", text)) | {i.rule for i in catalog.ds_incompatibilities()}
 
 
-def check_waivers(spec: Spec, stacks: list[str]) -> None:
+def check_waivers(spec: Spec, stacks: list[Stack]) -> None:
     """A waiver names a rule a finding can carry, refused with file, line and key like any spec error."""
-    for name in stacks:
-        for w in spec.stack(name).waivers:
+    for stack in stacks:
+        for w in stack.waivers:
             if w.rule not in known_rules():
                 key = w.key + ("rule",)
                 raise SpecError(f"{w.rule!r} is not a known rule id", file=spec.file,
@@ -71,15 +71,14 @@ def check_waivers(spec: Spec, stacks: list[str]) -> None:
                                 hint="rules: " + ", ".join(sorted(known_rules())))
 
 
-def review(spec: Spec, stacks: list[str], strict: bool = False, require_locked: bool = False) -> Review:
-    """strict: warnings are errors (waived ones excepted). require_locked: a base without a lock entry
-    measured from the image stacks.yaml names now is an error (IB092), for a site CI that wants every
-    fact measured rather than declared or from the catalog."""
+def review(prepared, strict: bool = False, require_locked: bool = False) -> Review:
+    """The judgement of a prepared plan (builder.prepared: its spec, stacks, lock and plan, made with
+    intent tolerated: unresolved intent is a finding here, IB098). strict: warnings are errors (waived
+    ones excepted). require_locked: a base without a lock entry measured from the image stacks.yaml names
+    now is an error (IB092), for a site CI that wants every fact measured rather than declared or from the
+    catalog."""
+    spec, stacks, lock, plan = prepared.spec, prepared.stacks, prepared.lock, prepared.plan
     check_waivers(spec, stacks)
-    lock = load_lock(spec.file)
-    # Rendered Dockerfiles do not depend on base digests (the parent is a build argument), so the plan
-    # here needs no registry.
-    plan = make_plan(spec, stacks, intent=True)
     intent = unresolved(spec, plan, stacks)
     # A layer of unresolved intent is rendered from its intent (nothing is built from it): what lint says of
     # its floating pins is what IB098 already says.
@@ -93,10 +92,10 @@ def review(spec: Spec, stacks: list[str], strict: bool = False, require_locked: 
     return Review(ordered(make_strict(found) if strict else found), lock, plan)
 
 
-def _unlocked(spec: Spec, stacks: list[str], lock: Lock | None) -> list[Finding]:
+def _unlocked(spec: Spec, stacks: list[Stack], lock: Lock | None) -> list[Finding]:
     out = []
-    for name in stacks:
-        base = spec.stack(name).base
+    for stack in stacks:
+        name, base = stack.name, stack.base
         entry = lock.bases.get(base.name) if lock is not None else None
         if entry is not None and base.locked_by(entry, spec.site):
             continue
@@ -110,15 +109,15 @@ def _unlocked(spec: Spec, stacks: list[str], lock: Lock | None) -> list[Finding]
     return out
 
 
-def replaced(spec: Spec, stacks: list[str], lock: Lock | None) -> list[Finding]:
+def replaced(spec: Spec, stacks: list[Stack], lock: Lock | None) -> list[Finding]:
     """IB097: a layer's resolved set (the lock file) replaces a package the image beneath it holds: code
     compiled against the old one (TE, Apex, DeepSpeed's ops) breaks, and the base's blessed versions are
     gone without a word. Pulled in by another requirement, it is an error, with the resolver's chain; asked
     for by the layer itself, a warning (it says so); torch, where the layer declares replace_torch, neither
     (IB070 and IB071 judge a declared swap)."""
     out, seen = [], set()
-    for name in stacks:
-        stack = spec.stack(name)
+    for stack in stacks:
+        name = stack.name
         for layer in stack.chain:
             entry = python_entry(lock, stack, layer)
             if entry is None or layer.name in seen:
@@ -141,7 +140,7 @@ def replaced(spec: Spec, stacks: list[str], lock: Lock | None) -> list[Finding]:
     return out
 
 
-def fetched_binaries(spec: Spec, plan: Plan, stacks: list[str], lock: Lock | None) -> list[Finding]:
+def fetched_binaries(spec: Spec, plan: Plan, stacks: list[Stack], lock: Lock | None) -> list[Finding]:
     """IB099: a layer's resolved set builds a package from source (an sdist, a git checkout, a folder) whose
     setup.py first downloads a prebuilt wheel from its project's release unless a variable says to compile
     (flash-attn, causal-conv1d, mamba-ssm): that binary is in no lock hash, so the same key can hold another
@@ -149,9 +148,10 @@ def fetched_binaries(spec: Spec, plan: Plan, stacks: list[str], lock: Lock | Non
     does not set the variable to TRUE (build_env, or the kind's own fragment as flash-attn's does)."""
     fetchers = catalog.prebuilt_fetchers()
     out, seen = [], set()
-    for name in stacks:
+    for stack in stacks:
+        name = stack.name
         for node in plan.chain(name):
-            entry = python_entry(lock, spec.stack(name), node.layer) if node.locked else None
+            entry = python_entry(lock, stack, node.layer) if node.locked else None
             if entry is None or node.key in seen:
                 continue
             seen.add(node.key)
@@ -176,11 +176,11 @@ def fetched_binaries(spec: Spec, plan: Plan, stacks: list[str], lock: Lock | Non
 FLOATING_LINT = ("IB101", "IB103")   # lint's floating git ref and unpinned pip install
 
 
-def floating_nodes(plan, stacks: list[str]) -> list[tuple[str, object, list]]:
-    """(stack, node, its floating values) for each layer, once, whose intent the lock does not resolve: a
-    git ref without a commit, or floating requirements without a current set."""
+def floating_nodes(plan, stacks: list[Stack]) -> list[tuple[str, object, list]]:
+    """(stack name, node, its floating values) for each layer, once, whose intent the lock does not resolve:
+    a git ref without a commit, or floating requirements without a current set."""
     out, seen = [], set()
-    for name in stacks:
+    for name in (s.name for s in stacks):
         for node in plan.chain(name):
             floating = unresolved_refs(node.layer) or ([] if node.locked else layer_intents(node.layer))
             if floating and node.name not in seen:
@@ -189,7 +189,7 @@ def floating_nodes(plan, stacks: list[str]) -> list[tuple[str, object, list]]:
     return out
 
 
-def unresolved(spec: Spec, plan, stacks: list[str]) -> list[Finding]:
+def unresolved(spec: Spec, plan, stacks: list[Stack]) -> list[Finding]:
     """IB098: a layer whose requirements float (a range, a bare name, a git tag or branch, a wheel URL
     without its hash, a requirements file) and that the lock file has no current set for: an error, since
     nothing is built from intent (builder.load.intent). One finding per layer, naming each floating value."""
@@ -209,13 +209,13 @@ def unresolved(spec: Spec, plan, stacks: list[str]) -> list[Finding]:
     return out
 
 
-def unpinned(spec: Spec, plan, stacks: list[str], severity: str) -> list[Finding]:
+def unpinned(spec: Spec, plan, stacks: list[Stack], severity: str) -> list[Finding]:
     """IB096: a layer whose pip commands have no resolved set in the lock file (imgbuild lock python=NAME),
     so pip resolves them at build time and the same key can give another image next month. An error
     under --require-locked (what CI uses), a warning printed by every build otherwise."""
     from builder.plan.pinning import PIP
     out, seen = [], set()
-    for name in stacks:
+    for name in (s.name for s in stacks):
         for node in plan.chain(name):
             if node.locked or PIP not in node.dockerfile or node.key in seen or layer_intents(node.layer):
                 continue
@@ -230,16 +230,16 @@ def unpinned(spec: Spec, plan, stacks: list[str], severity: str) -> list[Finding
     return out
 
 
-def _waive(spec: Spec, stacks: list[str], found: list[Finding], rendered: set) -> list[Finding]:
+def _waive(spec: Spec, stacks: list[Stack], found: list[Finding], rendered: set) -> list[Finding]:
     """Mark the warnings and unknowns each stack waives, and report every waiver that waived nothing
     (IB095), so that none outlives its reason. A finding about a rendered layer image concerns every
     selected stack whose chain holds that layer: it is waived only if all of them waive it. Errors are
     never waived."""
     by_layer: dict = {}
-    for name in stacks:
-        for layer in spec.stack(name).chain:
-            by_layer.setdefault(dotted((layer.section, layer.name)), []).append(name)
-    waivers = {name: {w.rule: w for w in spec.stack(name).waivers} for name in stacks}
+    for stack in stacks:
+        for layer in stack.chain:
+            by_layer.setdefault(dotted((layer.section, layer.name)), []).append(stack.name)
+    waivers = {stack.name: {w.rule: w for w in stack.waivers} for stack in stacks}
     used: set = set()
     out = []
     for f in found:
@@ -250,8 +250,9 @@ def _waive(spec: Spec, stacks: list[str], found: list[Finding], rendered: set) -
             continue
         used.update((s, f.rule) for s in concerned)
         out.append(replace(f, waived=waivers[f.stack][f.rule].reason))
-    for name in stacks:
-        for w in spec.stack(name).waivers:
+    for stack in stacks:
+        name = stack.name
+        for w in stack.waivers:
             if (name, w.rule) not in used:
                 out.append(Finding(rule="IB095", severity="warning", file=spec.file,
                                    line=spec.doc.line(w.key) if spec.doc else None, key=dotted(w.key), stack=name,
@@ -261,11 +262,11 @@ def _waive(spec: Spec, stacks: list[str], found: list[Finding], rendered: set) -
     return out
 
 
-def gate(spec: Spec, stacks: list[str], say: Callable[[str], None], strict: bool = False,
-         require_locked: bool = False) -> Review:
-    """Before a build or a release: the whole review, printed; any error refuses. A layer whose pip set is
-    not locked is said (IB096), and refused under require_locked."""
-    result = review(spec, stacks, strict, require_locked)
+def gate(prepared, say: Callable[[str], None], strict: bool = False, require_locked: bool = False) -> Review:
+    """Before a build or a release: the whole review of the prepared plan, printed; any error refuses. A
+    layer whose pip set is not locked is said (IB096), and refused under require_locked."""
+    spec, stacks = prepared.spec, prepared.stacks
+    result = review(prepared, strict, require_locked)
     for f in result.findings:
         say(f.render())
     bad = result.errors()

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from builder.errors import RegistryError
-from builder.plan.lockfile import load_lock
 from builder.ship.oci import platform_digests
 from builder.ship.registry import Ref, Registry
 from builder.load.spec import Spec
@@ -45,7 +44,7 @@ class Resolved:
 def lock_digests(spec: Spec) -> dict:
     """Base name -> digest recorded in the lock file (or {platform: digest} where it locked an index), for
     bases whose image reference is unchanged."""
-    locked = load_lock(spec.file)
+    locked = spec.lock
     if not locked:
         return {}
     return {name: rec.digests() for name, rec in locked.bases.items()

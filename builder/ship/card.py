@@ -26,13 +26,12 @@ def card_tag(release_digest: str) -> str:
 
 def card(spec, plan, name: str) -> dict:
     """The card of stack `name` as the plan releases it."""
-    from builder.nodecheck import runtime_env
     stack = spec.stack(name)
     return {
         "stack": name, "description": stack.description or "",
         "gpus": [g.name for g in stack.gpus], "platforms": list(plan.platforms(name)),
         "base": stack.base.ref(spec.site),
-        "runtime_env": runtime_env(stack),
+        "runtime_env": stack.runtime_env(),
         "chains": {p: [{"layer": n.name, "kind": n.layer.kind.name, "key": n.short} for n in plan.chain(name, p)]
                    for p in plan.platforms(name)},
         "tag_templates": list(stack.tags),

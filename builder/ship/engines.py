@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from builder.errors import EngineError
-from builder.load import platforms as plat
+from builder.core import platforms as plat
 from builder.ship.engine import Engine
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")

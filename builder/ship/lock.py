@@ -19,7 +19,7 @@ from typing import Callable
 import yaml
 
 from builder.load import versions
-from builder.load import platforms as plat
+from builder.core import platforms as plat
 from builder.ship.bases import resolve
 from builder.ship.engines import engines
 from builder.ship.hostconf import HostConf
@@ -29,7 +29,7 @@ from builder.ship.checks import PROBE
 from builder.ship.engine import Engine
 from builder.errors import EngineError, ImgbuildError, SpecError
 from builder.plan.layout import layer_repo
-from builder.plan.lockfile import LOCK_VERSION, load_lock, lock_path
+from builder.core.lockfile import LOCK_VERSION, Lock, lock_path, parse_lock
 from builder.plan.keys import make_plan
 from builder.ship.registry import Registry
 from builder.load.intent import HOST_PINNED, Intents, layer_intents
@@ -90,9 +90,17 @@ def stack_of(spec: Spec, layer: str):
     return found[0]
 
 
+def chain_plan(spec: Spec, stack, base_digest, lock, intent: bool = True):
+    """`imgbuild lock`'s view of one stack's chain: planned on the base digest it is locking, with the lock as
+    it stands in this run (or with a layer's entry left out, to resolve its intent). Not the prepared plan:
+    each entry written moves the lock, and with it the keys of the layers above, so a lock run plans again
+    here, its one place, as it goes (intent: a layer of unresolved intent is what it resolves)."""
+    return make_plan(spec, [stack], {stack.base.name: base_digest}, lock=lock, intent=intent)
+
+
 def layer_image(spec: Spec, stack, name: str, base_digest: str) -> tuple[str, str]:
     """The registry reference (repository:key) and digest of layer `name`'s image in `stack` on that base."""
-    node = next(n for n in make_plan(spec, [stack.name], {stack.base.name: base_digest}).chain(stack.name)
+    node = next(n for n in chain_plan(spec, stack, base_digest, spec.lock, intent=False).chain(stack.name)
                 if n.name == name)
     repo = layer_repo(spec.site.namespace, name)
     digest = Registry(spec.site.registry).verified_digest(repo, node.short)
@@ -104,20 +112,20 @@ def layer_image(spec: Spec, stack, name: str, base_digest: str) -> tuple[str, st
 
 def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log: Path,
                   progress: Callable[[str], None] = lambda line: None, upgrade: frozenset = frozenset(),
-                  stack_name: str | None = None, platform: str | None = None) -> dict:
+                  stack=None, platform: str | None = None, current: Lock | None = None) -> dict:
     """Resolve what layer `name`'s pip commands install on the image beneath it (builder.ship.resolve),
     as a lock file entry. The image beneath must be in the registry: the base by its digest, or the layer
     beneath by its key (built first, with `imgbuild build` or `imgbuild lock stack=NAME`). upgrade:
     canonical distribution names that may move; with it, every other distribution of the current entry is
-    held at its locked version (`lock --upgrade NAME`). stack_name: the stack whose chain it is resolved on
+    held at its locked version (`lock --upgrade NAME`). stack: the Stack whose chain it is resolved on
     (default the first that holds it); a layer on chains that differ beneath it has an entry for each.
     platform: the platform resolved for (default the stack's first); each has its own entry, resolved on
-    its own image beneath, under QEMU where the engine runs another platform."""
-    stack = spec.stack(stack_name) if stack_name else stack_of(spec, name)
+    its own image beneath, under QEMU where the engine runs another platform. current: the lock as it
+    stands in this run (what stacks.yaml was read with, or what this run wrote since)."""
+    stack = stack or stack_of(spec, name)
     platform = platform or stack.platforms[0]
     base_digest = resolve(spec, [stack.name]).require()[stack.base.name]
-    current = load_lock(spec.file)
-    plan = make_plan(spec, [stack.name], {stack.base.name: base_digest}, lock=current, intent=True)
+    plan = chain_plan(spec, stack, base_digest, current)
     node = next(n for n in plan.chain(stack.name, platform) if n.name == name)
     entry = current.python_for(name, stack.layer_definition(name, None), platform) if current is not None else None
     keep = None
@@ -127,8 +135,8 @@ def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log
     if node.locked:   # resolve the layer's intent (its requirements as stacks.yaml writes them), not its lock
         unlocked = replace(current, python={k: v for k, v in current.python.items() if k != name},
                            python_all={k: v for k, v in current.python_all.items() if k != name})
-        node = next(n for n in make_plan(spec, [stack.name], {stack.base.name: base_digest}, lock=unlocked,
-                                         intent=True).chain(stack.name, platform) if n.name == name)
+        node = next(n for n in chain_plan(spec, stack, base_digest, unlocked).chain(stack.name, platform)
+                    if n.name == name)
     if node.parent is None:
         parent_ref = node.base_ref
     else:
@@ -241,22 +249,24 @@ def lock_base(spec: Spec, name: str, stacks: list[str], engine: Engine, say: Cal
 def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None],
          layers: list[str] = (), python: list[str] = (), hostconf: HostConf | None = None,
          log_dir: Path | None = None, upgrade: frozenset = frozenset(),
-         intents: Intents | None = None, python_stack: str | None = None) -> tuple[Path, list[ImgbuildError]]:
+         intents: Intents | None = None, python_stack=None,
+         current=...) -> tuple[Path, list[ImgbuildError], Lock]:
     """Resolve and probe each named base, and each named layer's image in the registry, resolve what each
     layer of `python` installs with pip, then write the lock file (atomically; entries of others kept). A
     layer's base is locked with it: the layer's entry stands for that base digest. upgrade: distribution
     names that may move in a re-resolution (the rest held). intents: how stacks.yaml was read (the git refs
     it names, and those resolved while reading it), for the `sources:` section. Returns the path and the
-    failures (a failed entry keeps its old one). python_stack: the stack whose chain the python layers are
-    resolved on (default each one's first stack)."""
-    old = load_lock(spec.file)
+    failures (a failed entry keeps its old one). python_stack: the Stack whose chain the python layers are
+    resolved on (default each one's first stack). current: the lock as it stands in this run (default the one
+    stacks.yaml was read with, Spec.lock); the Lock written is returned third."""
+    old = spec.lock if current is ... else current
     entries = {name: {k: v for k, v in asdict(rec).items() if k != "platforms" or v}
                for name, rec in (old.bases if old else {}).items()}
     layer_entries = {name: asdict(rec) for name, rec in (old.layers if old else {}).items()}
     python_entries = {name: [_plain_python(rec) for rec in recs] for name, recs in (old.python_all if old else {}).items()}
     failures: list[ImgbuildError] = []
     users = {**{name: stack_of(spec, name) for name in [*layers, *python]},
-             **({name: spec.stack(python_stack) for name in python} if python_stack else {})}
+             **({name: python_stack for name in python} if python_stack else {})}
     bases = list(dict.fromkeys([*bases, *(users[name].base.name for name in [*layers, *python])]))
     for name in bases:
         base = spec.bases[name]
@@ -294,7 +304,7 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
         say(f"{name}: resolving its pip commands on the image beneath it{f' for {platform}' if on else ''} (log {log})")
         try:
             entry = resolve_entry(spec, name, engine, hostconf or HostConf.from_env(), log, upgrade=upgrade,
-                                  stack_name=users[name].name, platform=platform)
+                                  stack=users[name], platform=platform, current=old)
         except ImgbuildError as exc:
             failures.append(exc)
             say(f"{name}: not locked: {exc.message}")
@@ -330,7 +340,7 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(tmp, path)
-    return path, failures
+    return path, failures, parse_lock(data, path)
 
 
 def _plain_python(rec) -> dict:
@@ -353,11 +363,11 @@ def _dist(d) -> dict:
 
 def check_upgrade(spec: Spec, names: set, python: list, stacks: list) -> None:
     """`--upgrade NAME` names a distribution some current lock entry of the layers locked in this run holds:
-    otherwise it would re-resolve nothing, and say nothing."""
+    otherwise it would re-resolve nothing, and say nothing. stacks: the Stacks locked in this run."""
     if not names:
         return
-    current = load_lock(spec.file)
-    layers = set(python) | {d.name for s in stacks for d in spec.stack(s).chain}
+    current = spec.lock
+    layers = set(python) | {d.name for s in stacks for d in s.chain}
     held = {n for name in layers for e in (current.python_all.get(name, ()) if current else ()) for n in e.dists()}
     unknown = sorted(names - held)
     if unknown:
@@ -366,24 +376,28 @@ def check_upgrade(spec: Spec, names: set, python: list, stacks: list) -> None:
                                              "re-resolves that layer's git refs")
 
 
-def lock_stack(spec: Spec, name: str, engine: Engine, say: Callable[[str], None], hostconf: HostConf | None = None,
+def lock_stack(prepared, engine: Engine, say: Callable[[str], None], hostconf: HostConf | None = None,
                upgrade: frozenset = frozenset(), intents: Intents | None = None,
-               log_dir: Path | None = None) -> tuple[Path | None, list[ImgbuildError]]:
+               log_dir: Path | None = None, current=...) -> tuple[Path | None, list[ImgbuildError], Lock | None]:
     """Lock every layer of stack `name` that installs with pip, from the bottom up: each is resolved on the
     image beneath it, which is built first from the lock as it stands (every layer beneath already locked,
     so the image it resolves on is the one the build will give). A layer with a current entry is kept,
     unless upgrade names one of its distributions. Stops at the first layer that cannot be locked: the
-    layers above it would resolve on an image that is not the one they will be built on."""
+    layers above it would resolve on an image that is not the one they will be built on. prepared: the one
+    stack, prepared (builder.prepared) with intent tolerated, judged before anything is built. current: the
+    lock as it stands in this run (default Spec.lock); each layer locked moves it on, and the last is
+    returned third."""
     from builder.plan.keys import Plan, python_entry
     from builder.plan.pinning import PIP
     from builder.rules.review import review
     from builder.ship.pipeline import Builder
     from builder.errors import PreflightError, ValidationFailed
-    stack = spec.stack(name)
+    spec, (stack,) = prepared.spec, prepared.stacks
+    name = stack.name
     hostconf = hostconf or HostConf.from_env()
     # Impossible stacks fail here, before an hour of building the layers beneath; unlocked intent (IB098)
     # is what this resolves.
-    bad = [f for f in review(spec, [name]).errors() if f.rule != "IB098"]
+    bad = [f for f in review(prepared).errors() if f.rule != "IB098"]
     for f in bad:
         say(f.render())
     if bad:
@@ -392,9 +406,10 @@ def lock_stack(spec: Spec, name: str, engine: Engine, say: Callable[[str], None]
     registry = Registry(spec.site.registry, on_retry=say)
     registry.ping()
     path: Path | None = None
+    current = spec.lock if current is ... else current
+    base_digest = resolve(spec, [name]).require()[stack.base.name]
     for i, layer in enumerate(stack.chain):
-        current = load_lock(spec.file)
-        plan = make_plan(spec, [name], resolve(spec, [name]).require(), lock=current, intent=True)
+        plan = chain_plan(spec, stack, base_digest, current)
         chain = plan.chain(name)
         if PIP not in chain[i].dockerfile:
             continue
@@ -410,11 +425,10 @@ def lock_stack(spec: Spec, name: str, engine: Engine, say: Callable[[str], None]
             if not report.ok:
                 raise ValidationFailed(f"{layer.name} is not locked: the image beneath it did not build and pass "
                                        f"its checks ({report.error})", hint=f"run dir: {report.run_dir}")
-        path, failures = lock(spec, [], engine, say, python=[layer.name], hostconf=hostconf, log_dir=log_dir,
-                              upgrade=upgrade, intents=intents, python_stack=name)
+        path, failures, current = lock(spec, [], engine, say, python=[layer.name], hostconf=hostconf, log_dir=log_dir,
+                                       upgrade=upgrade, intents=intents, python_stack=stack, current=current)
         if failures:
-            return path, failures
+            return path, failures, current
     if path is None:   # nothing of the stack to resolve with pip: the sources (git refs) are still recorded
-        path, failures = lock(spec, [], engine, say, intents=intents)
-        return path, failures
-    return path, []
+        return lock(spec, [], engine, say, intents=intents, current=current)
+    return path, [], current

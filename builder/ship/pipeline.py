@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from builder import __version__
-from builder.ship.bases import resolve
 from builder.ship.checks import CheckResult, run_checks
 from builder.ship.engine import BuildRequest, Engine
 from builder.ship.engines import PlatformEngine, engines
@@ -31,7 +30,7 @@ from builder.ship.hostconf import HostConf
 from builder.ship.progress import Progress, env_progress
 from builder.ship.manifest import build_manifest, fetch_manifest, push_manifest, verdict
 from builder.plan.layout import layer_repo, pending_tag
-from builder.plan.keys import KEY_LEN, Node, Plan, file_refs, image_ref, make_plan, sha256
+from builder.plan.keys import KEY_LEN, Node, Plan, file_refs, image_ref, sha256
 from builder.rules.review import gate
 from builder.ship.publish import PublishError, promote, release_serial
 from builder.ship import leases
@@ -527,25 +526,27 @@ class Builder:
         (self.run_dir / "manifests" / f"{name}.json").write_text(json.dumps(manifest, indent=1))
         return manifest
 
-def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, date: str | None = None,
+def build(prepared, say: Say, docker: str | None = None, date: str | None = None,
           gpu: bool | None = None, node: str | None = None, jobs: int = 1, progress: str = "auto",
           out: TextIO | None = None, require_locked: bool = False) -> BuildReport:
-    """progress: auto | plain | tty, how the run is shown (builder.ship.progress) on `out`, the stream
+    """Build the prepared plan (builder.prepared; its bases resolved as far as any registry a base names).
+    progress: auto | plain | tty, how the run is shown (builder.ship.progress) on `out`, the stream
     that `say` writes to (stdout if not given)."""
     view = env_progress(progress, say, out)
     say = view.say
     if node is not None:
         # A node job: the stacks are those that hold the node (the key is found among every selected
         # stack's, bases not resolvable here leave theirs provisional and unmatched).
-        found = make_plan(spec, stacks, resolve(spec, stacks).digests)
-        stacks = found.users[Builder.node_key(found, node)]
+        holders = prepared.plan.users[Builder.node_key(prepared.plan, node)]
+        prepared = prepared.narrowed(s for s in prepared.stacks if s.name in holders)
+    spec, stacks = prepared.spec, prepared.names
     # Impossible stacks fail here, in seconds and without Docker, not after an hour of compiling.
-    gate(spec, stacks, say, require_locked=require_locked)
+    gate(prepared, say, require_locked=require_locked)
     engine = Engine.detect(docker)
     registry = Registry(spec.site.registry, on_retry=say)
     registry.ping()
     registry.retries = True   # from here a registry that restarts is waited for (registry.BACKOFF)
-    plan = make_plan(spec, stacks, resolve(spec, stacks).require())
+    plan = prepared.require()
     builder = Builder(spec, engine, registry, HostConf.from_env(), say, gpu=gpu, progress=view)
     host = engine.env.get("DOCKER_HOST")   # which daemon, when it is not the default one
     say(f"engine: {engine.cli}{f' at {host}' if host else ''} ({'buildx' if engine.mode == 'buildx' else 'built-in BuildKit'}); registry "
@@ -565,17 +566,26 @@ def build(spec: Spec, stacks: list[str], say: Say, docker: str | None = None, da
     return report
 
 
-def release(spec: Spec, stacks: list[str], say: Say, date: str | None = None, require_gpu: bool = False) -> dict:
-    """Move the release tags of already built stacks (CI's release step): no engine, nothing built.
-    The proof is read from the registry by promote, never taken from a job's exit code."""
+def refuse_release(spec: Spec) -> None:
+    """Where the site's CI may not release (site.ci: not the release branch), say so before any registry is
+    asked: a branch's job says why, not that a registry is down."""
     refusal = release_refusal(spec.site.ci, os.environ)
-    if refusal:   # before any registry is asked: a branch's job says why, not that a registry is down
+    if refusal:
         raise PublishError(f"release refused: {refusal}; no tag was moved")
-    gate(spec, stacks, say)
+
+
+def release(prepared, say: Say, date: str | None = None, require_gpu: bool = False) -> dict:
+    """Move the release tags of the prepared stacks, already built (CI's release step): no engine, nothing
+    built. The proof is read from the registry by promote, never taken from a job's exit code."""
+    spec, stacks = prepared.spec, prepared.names
+    refuse_release(spec)
+    gate(prepared, say)
+    # The bases were resolved when the plan was prepared: a registry that did not answer then is said now,
+    # not waited for a second time.
+    plan = prepared.require()
     registry = Registry(spec.site.registry, on_retry=say)
     registry.ping()
     registry.retries = True
-    plan = make_plan(spec, stacks, resolve(spec, stacks).require())
     with leases.held(registry, spec.site.namespace, f"release-{secrets.token_hex(6)}",
                      {n.short: n.name for n in plan.nodes.values()}, say):
         return promote(spec, registry, plan, stacks, date, say, serial=release_serial(spec), gpu=require_gpu)
@@ -602,22 +612,23 @@ class BuildFailed(ImgbuildError):
         self.report = report
 
 
-__all__ = ["build", "release", "BuildReport", "Builder", "BuildFailed", "KEY_LEN"]
+__all__ = ["build", "release", "refuse_release", "validate", "BuildReport", "Builder", "BuildFailed", "KEY_LEN"]
 
 
-def validate(spec: Spec, stacks: list[str], images: list[str], say: Say, docker: str | None = None,
+def validate(prepared, stacks: list, images: list[str], say: Say, docker: str | None = None,
              gpu: bool | None = None, platform: str | None = None) -> bool:
-    """Re-run the checks of existing images: a stack's top image (from the registry by content key; of each
-    platform, or of `platform` only), or any image reference built by imgbuild from this spec. Results are
-    recorded beside the image."""
+    """Re-run the checks of existing images: the top image of each of `stacks` (Stacks of the prepared plan;
+    from the registry by content key; of each platform, or of `platform` only), or any image reference
+    built by imgbuild from this spec (the prepared plan then holds every stack). Results are recorded
+    beside the image."""
+    spec = prepared.spec
     engine = Engine.detect(docker)
     registry = Registry(spec.site.registry)
     gpu = engine.has_gpu() if gpu is None else gpu
-    all_stacks = list(spec.stacks)
     targets: list[tuple[str, Node]] = []
     if stacks:
-        plan = make_plan(spec, stacks, resolve(spec, stacks).require())
-        for name in stacks:
+        plan = prepared.require(stacks)
+        for name in (s.name for s in stacks):
             tops = plan.tops(name)
             if platform is not None and platform not in tops:
                 raise ValidationFailed(f"stack {name!r} is not built for {platform} (its platforms: "
@@ -630,8 +641,7 @@ def validate(spec: Spec, stacks: list[str], images: list[str], say: Say, docker:
                                            "in the registry", hint=f"build it: imgbuild build stack={name}")
                 targets.append((f"{spec.site.registry}/{repo}@{digest}", node))
     if images:
-        plan = make_plan(spec, all_stacks, resolve(spec, all_stacks).require())
-        by_key = {k: n for k, n in plan.nodes.items()}
+        by_key = dict(prepared.require().nodes)
         for ref in images:
             info = engine.inspect(ref)
             if info is None:

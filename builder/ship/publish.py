@@ -20,7 +20,7 @@ from builder.ship.manifest import fetch_manifest, verdict
 from builder.plan.layout import layer_repo, release_record_tag, release_repo
 from builder.ship import card, sbom
 from builder.plan.keys import Plan
-from builder.load import platforms as plat
+from builder.core import platforms as plat
 from builder.ship import oci
 from builder.ship.oci import release_serial as release_serial_of
 from builder.ship.registry import Registry, digest_of

@@ -2,8 +2,8 @@
 the same for layers whose image is a base in all but name (`lock layer=NAME`), and every distribution
 each layer's pip commands install, resolved and hashed (`lock python=NAME`, builder.ship.resolve).
 
-Only reading lives here (plan, preflight and the base resolver read it without an engine); probing
-and writing are `builder.ship.lock`.
+Only the model and its reading live here, beneath loading (which reads it once, with stacks.yaml);
+what of it is stale for a stacks file is builder.load.intent, probing and writing `builder.ship.lock`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,15 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.errors import SpecError
-from builder.load.intent import HOST_PINNED, layer_intents, lock_path
-from builder.load.platforms import DEFAULT as DEFAULT_PLATFORM, PLATFORMS
+from builder.core.platforms import DEFAULT as DEFAULT_PLATFORM, PLATFORMS
 
 LOCK_VERSION = 1
+
+
+def lock_path(spec_file: str | Path) -> Path:
+    """stacks.lock.yaml beside stacks.yaml (NAME.lock.yaml beside NAME.yaml)."""
+    spec_file = Path(spec_file)
+    return spec_file.with_name(spec_file.stem + ".lock.yaml")
 
 
 @dataclass(frozen=True)
@@ -131,11 +136,22 @@ class Lock:
 
 
 def load_lock(spec_file: str | Path) -> Lock | None:
+    """The lock file beside `spec_file`, or None where there is none. builder.load.spec.load_spec is its one
+    reader: everything else takes Spec.lock."""
     path = lock_path(spec_file)
     if not path.is_file():
         return None
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise SpecError(f"not a lock file imgbuild wrote: {exc}", file=str(path),
+                        hint="delete it and run imgbuild lock again") from None
+    return parse_lock(data, path)
+
+
+def parse_lock(data: dict, path: str | Path) -> Lock:
+    """The lock file's data (as read, or as `imgbuild lock` writes it) as a Lock; refused as a SpecError."""
+    try:
         if data.get("version") != LOCK_VERSION or not isinstance(data.get("bases"), dict):
             raise ValueError(f"expected version: {LOCK_VERSION} and a bases mapping")
         bases = {name: LockedBase(image=str(rec["image"]), digest=str(rec["digest"]), probed=str(rec["probed"]),
@@ -149,7 +165,7 @@ def load_lock(spec_file: str | Path) -> Lock | None:
         python = {name: entries[0] for name, entries in python_all.items() if entries}
         sources = tuple(_source(rec) for rec in data.get("sources") or [])
         downloads = tuple(_download(rec) for rec in data.get("downloads") or [])
-    except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise SpecError(f"not a lock file imgbuild wrote: {exc}", file=str(path),
                         hint="delete it and run imgbuild lock again") from None
     return Lock(file=str(path), bases=bases, layers=layers, python=python, sources=sources, python_all=python_all,
@@ -215,53 +231,8 @@ def _platforms(rec: dict) -> dict:
     return out
 
 
-def stale_entries(spec) -> list[str]:
-    """What of the lock file no longer stands for the stacks file, a line each: a base entry probed from
-    another image, a layer or Python entry whose layer, a layer beneath it or the base changed (its
-    definition), or whose layer or stack is gone. No lock file at all is one line too."""
-    lock = load_lock(spec.file)
-    if lock is None:
-        return [f"{lock_path(spec.file)}: no lock file (imgbuild lock writes it)"]
-    out = []
-    for name, entry in lock.bases.items():
-        base = spec.bases.get(name)
-        if base is None:
-            out.append(f"bases.{name}: no such base in {spec.file}")
-        elif not base.locked_by(entry, spec.site):
-            out.append(f"bases.{name}: probed from {entry.image}@{entry.digest}, not the base stacks.yaml names now")
-    everything = [("layers", name, entry) for name, entry in lock.layers.items()] + \
-        [("python", name, entry) for name, entries in lock.python_all.items() for entry in entries]
-    for section, name, entry in everything:
-        stack = getattr(entry, "stack", None)
-        stacks = [spec.stacks[stack]] if stack in spec.stacks else \
-            [s for s in spec.stacks.values() if name in [d.name for d in s.chain]][:1]
-        if not stacks or name not in [d.name for d in stacks[0].chain]:
-            out.append(f"{section}.{name}: layer {name!r} is in no stack's chain" + (f" ({stack})" if stack else ""))
-            continue
-        base_digest = None if section == "python" else lock.base_digest(stacks[0].base, spec.site)
-        now = stacks[0].layer_definition(name, base_digest)
-        if entry.definition != now:
-            out.append(f"{section}.{name}: the layer, a layer beneath it or its base changed since it was "
-                       f"{'resolved' if section == 'python' else 'measured'}; run imgbuild lock "
-                       f"{'python' if section == 'python' else 'layer'}={name}"
-                       + (f" (or stack={stack})" if section == "python" and stack else ""))
-    seen = set()
-    for stack in spec.stacks.values():
-        for layer in stack.chain:
-            floating = [i for i in layer_intents(layer) if i[2] not in HOST_PINNED]
-            definition = stack.layer_definition(layer.name, None)
-            for platform in stack.platforms:
-                if floating and not lock.python_for(layer.name, definition, platform) and \
-                        (layer.name, definition, platform) not in seen:
-                    seen.add((layer.name, definition, platform))
-                    on = "" if platform == DEFAULT_PLATFORM else f" on {platform}"
-                    out.append(f"python.{layer.name}: missing{on}: {floating[0][1]!r} floats ({floating[0][2]}); run "
-                               f"imgbuild lock python={layer.name} (or stack={stack.name})")
-    return out
-
-
 def _facts(rec: dict) -> dict:
     return {k: None if v is None else str(v) for k, v in (rec.get("facts") or {}).items()}
 
 
-__all__ = ["Lock", "LockedBase", "LockedPlatform", "LockedDist", "LockedLayer", "LockedPython", "LockedSource", "LOCK_VERSION", "load_lock", "lock_path", "stale_entries"]
+__all__ = ["Lock", "LockedBase", "LockedPlatform", "LockedDist", "LockedLayer", "LockedPython", "LockedSource", "LOCK_VERSION", "load_lock", "lock_path", "parse_lock"]

@@ -1,4 +1,4 @@
-"""The compatibility catalog shipped with imgbuild (builder/rules/data/catalog.yaml), read once into typed records.
+"""The compatibility catalog shipped with imgbuild (builder/core/data/catalog.yaml), read once into typed records.
 
 Every record keeps its source and whether it was verified. A field the catalog does not hold is
 unknown: lookups return None and preflight reports the rule it blocks as unknown, never a guess.
@@ -15,7 +15,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from builder.load.yamlsrc import load_file
+from builder.core.yamlsrc import load_file
 
 CATALOG_FILE = Path(__file__).parent / "data" / "catalog.yaml"
 # An NGC framework image, wherever it is mirrored: .../pytorch:25.09-py3, .../jax:25.10-py3

@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterator
 
-from builder.rules.shell import GIT_FETCH_PIN, GIT_PIN, assignments, blank_comments, expand, segments
+from builder.core.shell import GIT_FETCH_PIN, GIT_PIN, assignments, blank_comments, expand, segments
 
 # The build arguments BuildKit predefines: usable in any stage without an ARG.
 PREDEFINED_ARGS = {"HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY", "TARGETPLATFORM",
