@@ -298,9 +298,13 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
                                "probed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                "definition": stack.layer_definition(name, base_digest), "facts": facts}
         say(f"{name}: {ref} ({digest[:19]}): " + ", ".join(f"{k} {v}" for k, v in facts.items() if v is not None))
+    if python and log_dir is None:
+        # A folder of this run's own: two locks at once (two CI jobs, two users) resolving layers of one
+        # name would otherwise write one /tmp/resolve-NAME.log. Kept: the messages name the files in it.
+        log_dir = Path(tempfile.mkdtemp(prefix="imgbuild-lock-"))
     for name, platform in ((n, p) for n in python for p in users[n].platforms):
         on = "" if len(users[name].platforms) == 1 else f"-{plat.arch(platform)}"
-        log = (log_dir or Path(tempfile.gettempdir())) / f"resolve-{name}{on}.log"
+        log = log_dir / f"resolve-{name}{on}.log"
         say(f"{name}: resolving its pip commands on the image beneath it{f' for {platform}' if on else ''} (log {log})")
         try:
             entry = resolve_entry(spec, name, engine, hostconf or HostConf.from_env(), log, upgrade=upgrade,
