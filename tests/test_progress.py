@@ -117,6 +117,33 @@ def test_no_rendered_run_step_of_any_shipped_stack_shows_its_plumbing():
         assert last in shown, (last, shown)
 
 
+def test_the_op_compile_the_deepspeed_kind_renders_is_named_compiling_deepspeed_ops_in_its_heartbeats():
+    """The name a heartbeat gives DeepSpeed's op build comes from the step's text alone: here the RUN step the
+    shipped deepspeed kind renders today for every shipped DeepSpeed layer (cpu-smoke's CPU ops, the CUDA
+    stacks' ones), not a recorded one, so a change of the fragment that loses the name is caught without an
+    engine (the engine test of heartbeats, test_docker_progress, runs a tiny stack's silent compile). No other
+    shipped step is given that name."""
+    spec = load_spec(STACKS)
+    plan = make_plan(spec)
+    ds = {node.name: node for node in plan.nodes.values() if node.layer.kind.folder.name == "deepspeed"}
+    assert {"ds-0.19.8-cpu", "ds-0.19.5-hopper", "ds-0.17.6-ampere"} <= set(ds), sorted(ds)
+    for name, node in ds.items():
+        compiles = [run for run in _runs(node.dockerfile) if "deepspeed==" in run]
+        assert len(compiles) == 1 and describe(f"[stage-0 2/2] {compiles[0]}") == "compiling DeepSpeed ops", compiles
+        # As the engine shows it: a silent step after its header line, heartbeats every 30 s that name it.
+        clock = Clock()
+        view, said = plain(clock)
+        with view.task(name, "starting the build") as lines:
+            lines(f"#5 [stage-0 2/2] {compiles[0]}")
+            for _ in range(3):
+                clock.now += view.next_tick()
+                view.tick()
+        assert [line for _, line in said if not line.startswith(f"{name} | ")] == [
+            f"{name}: compiling DeepSpeed ops, {e}" for e in ("30s", "1m00s", "1m30s")], said
+    others = [run for node in plan.nodes.values() if node.name not in ds for run in _runs(node.dockerfile)]
+    assert others and not [run for run in others if describe(run) == "compiling DeepSpeed ops"]
+
+
 def test_a_silent_step_is_named_every_30s_with_the_layer_what_it_does_and_for_how_long():
     clock = Clock()
     view, said = plain(clock)
