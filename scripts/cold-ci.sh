@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# CI on a cold machine, as issue 33 measures the suite's budget: no image, no BuildKit cache, an empty
+# registry, no imgbuild state; then `.ci/run` in a fresh clone of the checkout's HEAD. DESTRUCTIVE for this
+# host's engine: every local image and the whole build cache go. Root only.
+#
+#   scripts/cold-ci.sh DIR     DIR must not exist; the clone is DIR/main, its output DIR/ci.log
+#
+# What is emptied, in order: the second engine (scripts/second-engine.sh stop), the registry and dockerd
+# (with its containerd) stopped; /var/lib/docker and /var/lib/containerd (images, containers, BuildKit's
+# cache and its pip cache mount), /var/lib/imgbuild (the registry's storage, the debootstrapped Debian roots
+# of both platforms, the git mirrors, the CUDA toolchain, engine B's data) deleted. The Debian packages
+# installed on the host stay (a fresh machine of this kind has some of them and apt installs the rest in
+# seconds to a minute), and so does pip's download cache in ~/.cache/pip (the host's; the clone's .venv is new).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+dir="${1:?usage: scripts/cold-ci.sh DIR (a new folder)}"
+[ "$(id -u)" -eq 0 ] || { echo "cold-ci: must run as root" >&2; exit 2; }
+[ ! -e "$dir" ] || { echo "cold-ci: $dir exists" >&2; exit 2; }
+log() { echo "[cold-ci] $(date -u +%H:%M:%S) $*"; }
+
+[ -x "$here/scripts/second-engine.sh" ] && bash "$here/scripts/second-engine.sh" stop >/dev/null 2>&1 || true
+for pf in /var/lib/imgbuild/registry/registry.pid; do
+    [ -f "$pf" ] && kill "$(cat "$pf")" 2>/dev/null || true
+done
+pkill -x docker-registry 2>/dev/null || true
+if pgrep -x dockerd >/dev/null; then
+    pkill -x dockerd || true
+    for _ in $(seq 60); do pgrep -x dockerd >/dev/null || break; sleep 1; done
+fi
+pkill -x containerd 2>/dev/null || true
+sleep 2
+pgrep -x dockerd >/dev/null && { echo "cold-ci: dockerd did not stop" >&2; exit 1; }
+# Mounts a dead engine may leave (overlay, netns) would keep their folders busy.
+grep -E ' /var/lib/(docker|containerd|imgbuild)/' /proc/mounts | awk '{ print $2 }' | sort -r | xargs -r umount -l || true
+rm -rf /var/lib/docker /var/lib/containerd /var/lib/imgbuild /run/docker /var/run/docker.pid
+log "emptied: no engine data, no registry storage, no imgbuild state ($(df -h --output=avail /var/lib | tail -1 | tr -d ' ') free)"
+
+mkdir -p "$dir"
+git clone -q "$here" "$dir/main"
+log "cloned $(git -C "$dir/main" rev-parse --short HEAD) into $dir/main; running CI=true bash .ci/run"
+start=$(date +%s)
+set +e
+(cd "$dir/main" && CI=true bash .ci/run </dev/null) >"$dir/ci.log" 2>&1
+rc=$?
+set -e
+log ".ci/run exited $rc after $(( $(date +%s) - start )) s (output: $dir/ci.log)"
+exit "$rc"
