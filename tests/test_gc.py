@@ -201,6 +201,25 @@ def test_apply_deletes_tops_first_and_spares_what_a_run_leased_after_the_listing
     assert three.reg.manifest_digest(*three.torch[:2])
 
 
+def test_a_lease_taken_after_applys_second_reading_still_spares_its_key(three, monkeypatch):
+    """The leases are read once more just before each batch of deletes: a run that takes its lease after
+    apply's second reading of the registry, and before the deletes, keeps its key (the other tests lease
+    before that reading, which alone would spare it)."""
+    plan = three.plan(keep_releases=2, keep_days=0)
+    reading = gc.plan_gc
+
+    def second_reading_then_a_run_starts(*args, **kwargs):
+        again = reading(*args, **kwargs)
+        leases.take(three.reg, NS, "later-run", {three.failed_env[2]: "env"})
+        return again
+
+    monkeypatch.setattr(gc, "plan_gc", second_reading_then_a_run_starts)
+    said: list = []
+    done = gc.apply(three.reg, plan, say=said.append)
+    assert three.failed_env[:2] not in done and three.reg.manifest_digest(*three.failed_env[:2]) is not None
+    assert "gc: 1 candidate(s) kept: a run leased them just now" in said, said
+
+
 def test_a_registry_without_deletes_is_refused_before_anything_goes(three, monkeypatch):
     from builder.errors import RegistryError
 
