@@ -4,7 +4,9 @@ test count, and the N slowest tests of the whole run, each with its setup (the m
 images are charged to the first test that needs them), call and teardown together, as pytest's JUnit report
 times a test. Standard library only: it runs before and after any venv.
 
-    python3 scripts/test-times.py [-n 15] FILE.xml [FILE.xml ...]
+    python3 scripts/test-times.py [-n 15] [--by-file] FILE.xml [FILE.xml ...]
+
+--by-file adds each test file's total, longest first: the budget of docs/development.md is kept per file.
 """
 
 import argparse
@@ -15,6 +17,7 @@ import xml.etree.ElementTree as ET
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=15, help="how many of the slowest tests to list (default 15)")
+    ap.add_argument("--by-file", action="store_true", help="also each test file's total, longest first")
     ap.add_argument("files", nargs="+")
     args = ap.parse_args()
     cases = []
@@ -34,6 +37,13 @@ def main() -> int:
     print(f"test-times: the {min(args.n, len(cases))} slowest of {len(cases)} tests (setup + call + teardown):")
     for seconds, name in cases[:args.n]:
         print(f"  {seconds:8.1f} s  {name}")
+    if args.by_file:
+        files: dict = {}
+        for seconds, name in cases:
+            files[name.split("::")[0]] = files.get(name.split("::")[0], 0.0) + seconds
+        print(f"test-times: each file's tests together ({len(files)} files):")
+        for name, seconds in sorted(files.items(), key=lambda kv: -kv[1]):
+            print(f"  {seconds:8.1f} s  {name}")
     return 0
 
 

@@ -42,6 +42,6 @@ set +e
 free=$?
 .venv/bin/python -m pytest tests -m "docker or registry" --junitxml="$results/engine.xml" "$@"
 engine=$?
-python3 scripts/test-times.py -n 15 "$results/free.xml" "$results/engine.xml"
+python3 scripts/test-times.py -n 15 --by-file "$results/free.xml" "$results/engine.xml"
 echo "test.sh: the tests without an engine exited $free, those with the engine and registry $engine"
 for rc in "$free" "$engine"; do [ "$rc" -eq 0 ] || exit "$rc"; done
