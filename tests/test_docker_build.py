@@ -76,7 +76,7 @@ def test_a_branch_job_in_ci_builds_and_validates_and_moves_no_tag(work, first):
     """`imgbuild build stack=...` in a feature branch's GitLab job (its variables as GitLab sets them): the
     change is built and validated under its keys, and no tag moves (issue 18); the same run outside CI
     would have released."""
-    def threads(data):   # a value no other test builds (test_docker_nodes builds 3, engines 13 and 17)
+    def threads(data):   # a value no other test of the seed builds
         data["runtimes"]["cpu-env"]["params"]["env"]["OMP_NUM_THREADS"] = "23"
     before = {t: release(t) for t in ("cpu-smoke", "cpu-smoke-torch2.13.0-cpu-ds0.19.8")}
     branch = {"CI_PIPELINE_SOURCE": "push", "CI_COMMIT_BRANCH": "feature/threads", "CI_DEFAULT_BRANCH": "main"}
