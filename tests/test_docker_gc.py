@@ -3,10 +3,14 @@ among them, a dry run that names exactly what no release needs, --apply, the reg
 collection (scripts/registry-gc.sh), every kept release validated afterwards, gc racing builds that publish
 new keys, and a key deleted on purpose and rebuilt.
 
-The stack is small on purpose: cpu-smoke's torch layer (in BuildKit's cache from the session's first build)
-and a runtime layer whose one variable names the revision, in a namespace of its own, so that gc here
-never touches what other tests built. The failed build adds a pip layer that passes (six 1.15.0, pushed,
-never released) and one that cannot install.
+The stack is a tiny one (tests/tiny.py, issue 33): the mirrored Debian base, the tests' `tiny-env` layer
+`demo` (Debian's python3 and a venv, no packages: no index is needed) shared by every revision, and a
+runtime layer whose one variable names the revision, in a namespace of its own, so that gc here never
+touches what other tests built. The failed build adds two layers of the shipped system-setup kind: one that
+passes (an env variable; pushed, never released) and one whose chmod of a missing path cannot build.
+Nothing gc decides reads what a layer installs: it reads keys, leases, release tags and measured
+manifests, which a tiny stack has as cpu-smoke's torch layer had, built in seconds instead of on a 1.7 GB
+layer.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from builder.load.spec import load_spec
 from builder.plan.keys import make_plan
@@ -26,7 +31,8 @@ from builder.ship.bases import resolve
 from builder.ship.manifest import fetch_manifest, verdict
 from builder.ship.registry import Registry
 
-from e2e import NS, REGISTRY, ROOT, imgbuild, reports, stacks_file
+from e2e import NS, REGISTRY, ROOT, imgbuild, reports
+from tiny import site
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
 
@@ -35,19 +41,23 @@ STACK = "gc-mini"
 BLOBS = Path(os.environ.get("IMGBUILD_STATE_DIR", "/var/lib/imgbuild")) / "registry/data/docker/registry/v2/blobs/sha256"
 
 
-def revision(rev: str, failed: bool = False, keep_releases: int = 2):
-    def mutate(data):
-        data["site"] = {"registry": REGISTRY, "namespace": GC_NS,
-                        "retention": {"keep_releases": keep_releases, "keep_days": 0}}
-        data["runtimes"]["gc-env"] = {"kind": "runtime-env", "params": {"env": {"GC_REV": rev}}}
-        layers = ["cpu-torch-2.13"]
-        if failed:
-            data["layers"]["gc-six"] = {"kind": "pip", "params": {"packages": ["six==1.15.0"]}}
-            data["layers"]["gc-broken"] = {"kind": "pip", "params": {"packages": ["imgbuild-no-such-dist==0.0.1"]}}
-            layers += ["gc-six", "gc-broken"]
-        data["stacks"] = {STACK: {"base": "debian-bookworm", "layers": layers, "runtime": "gc-env",
-                                  "tags": ["{stack}", "{stack}-{date}"]}}
-    return mutate
+def stacks_file(work: Path, name: str, rev: str, failed: bool = False, keep_releases: int = 2) -> Path:
+    """The tiny stack gc-mini of revision rev: demo (no packages), then with failed the passing gc-six and the
+    failing gc-broken (system-setup), then the runtime gc-env with GC_REV=rev."""
+    path = site(work, name, GC_NS, packages=[])
+    data = yaml.safe_load(path.read_text())
+    data["site"]["retention"] = {"keep_releases": keep_releases, "keep_days": 0}
+    data["runtimes"] = {"gc-env": {"kind": "runtime-env", "params": {"env": {"GC_REV": rev}}}}
+    layers = ["demo"]
+    if failed:
+        data["layers"]["gc-six"] = {"kind": "system-setup", "params": {"env": {"GC_SIX": "1.15.0"}}}
+        data["layers"]["gc-broken"] = {"kind": "system-setup",
+                                       "params": {"modes": [{"path": "/imgbuild-no-such-path", "mode": "0755"}]}}
+        layers += ["gc-six", "gc-broken"]
+    data["stacks"] = {STACK: {"base": "debian-bookworm", "layers": layers, "runtime": "gc-env",
+                              "tags": ["{stack}", "{stack}-{date}"]}}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 def chain(path: Path) -> list:
@@ -71,15 +81,17 @@ def where(node) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def history(work, first) -> dict:
+def history(work) -> dict:
     """Releases a (2026.12.01), b (12.02), a failed build, c (12.03): three releases, one failure."""
     out = {}
     for rev, date, failed in (("a", "2026.12.01", False), ("b", "2026.12.02", False), ("f", "2026.12.02", True),
                               ("c", "2026.12.03", False)):
-        path = stacks_file(work, f"gc-{rev}", revision(rev, failed))
+        path = stacks_file(work, f"gc-{rev}", rev, failed)
+        start = time.monotonic()
         proc = imgbuild(work, "build", f"stack={STACK}", "-f", str(path), "--date", date, timeout=1800)
         assert (proc.returncode != 0) == failed, proc.stdout[-3000:] + proc.stderr[-3000:]
-        out[rev] = {"path": path, "chain": chain(path), "report": reports(work)[-1]}
+        out[rev] = {"path": path, "chain": chain(path), "report": reports(work)[-1],
+                    "seconds": time.monotonic() - start}
     return out
 
 
@@ -146,12 +158,15 @@ def consistent(work: Path, path: Path) -> None:
     assert not data["missing"], data["missing"]
 
 
-@pytest.mark.parametrize("delay", [0.0, 4.0, 12.0])
-def test_gc_racing_a_build_that_publishes_new_keys(work, history, delay):
+@pytest.mark.parametrize("share", [0.0, 0.3, 0.6])
+def test_gc_racing_a_build_that_publishes_new_keys(work, history, share):
     """gc --apply runs again and again while a build publishes a new key (its gc-env layer) and releases;
     the build holds a lease on its keys, so it must end with its key intact and its release made. The
-    start of the gc loop is moved between runs, so that gc meets the build in different steps."""
-    path = stacks_file(work, f"gc-race-{delay}", revision(f"race-{delay}-{time.time_ns()}"))
+    start of the gc loop is moved between runs, so that gc meets the build in different steps: by a share
+    of what revision c's build of the same one new key took (a tiny build takes seconds, so a fixed delay
+    could start gc after the build ended)."""
+    delay = share * history["c"]["seconds"]
+    path = stacks_file(work, f"gc-race-{delay}-{time.time_ns()}", f"race-{delay}-{time.time_ns()}")
     node = chain(path)[-1]
     done = threading.Event()
     rounds, errors = [], []
@@ -183,7 +198,7 @@ def test_gc_racing_a_build_that_publishes_new_keys(work, history, delay):
 
 
 def test_a_key_deleted_on_purpose_is_built_again(work, history):
-    path = stacks_file(work, "gc-deleted", revision("deleted"))
+    path = stacks_file(work, "gc-deleted", "deleted")
     first = imgbuild(work, "build", f"stack={STACK}", "-f", str(path), "--date", "2026.12.06", timeout=1800)
     assert first.returncode == 0, first.stdout[-3000:]
     node = chain(path)[-1]
@@ -193,7 +208,7 @@ def test_a_key_deleted_on_purpose_is_built_again(work, history):
     again = imgbuild(work, "build", f"stack={STACK}", "-f", str(path), "--date", "2026.12.06", timeout=1800)
     assert again.returncode == 0, again.stdout[-3000:]
     acts = {n["layer"]: n["action"] for n in reports(work)[-1]["nodes"].values()}
-    assert acts == {"cpu-torch-2.13": "reuse", "gc-env": "build"}, acts
+    assert acts == {"demo": "reuse", "gc-env": "build"}, acts
     assert where(node)[1] is not None
 
 
@@ -202,10 +217,9 @@ def test_a_registry_without_deletes_gets_a_clear_message_and_loses_nothing(tmp_p
     refused, and --apply is refused before anything is deleted, exit 6, with the setting that allows it."""
     from test_docker_faults import OwnRegistry
     reg = OwnRegistry(tmp_path)
-    import yaml as _yaml
-    config = _yaml.safe_load(reg.config.read_text())
+    config = yaml.safe_load(reg.config.read_text())
     config["storage"]["delete"]["enabled"] = False
-    reg.config.write_text(_yaml.safe_dump(config))
+    reg.config.write_text(yaml.safe_dump(config))
     reg.start()
     try:
         client = Registry(reg.host)   # one old layer image no release needs: a candidate
@@ -216,7 +230,7 @@ def test_a_registry_without_deletes_gets_a_clear_message_and_loses_nothing(tmp_p
                                       "digest": client.put_blob(f"{GC_NS}/layers/x", config), "size": len(config)},
                            "layers": []}).encode()
         client.put_manifest(f"{GC_NS}/layers/x", "0" * 32, body, "application/vnd.oci.image.manifest.v1+json")
-        path = stacks_file(work, "gc-nodelete", revision("x"))
+        path = stacks_file(work, "gc-nodelete", "x")
         text = path.read_text().replace(REGISTRY, reg.host)
         path.write_text(text)
         dry = imgbuild(work, "gc", "-f", str(path))
