@@ -26,11 +26,8 @@ pip accepts for the mirrored base's arm64 Python, and the x86_64 one is refused 
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
@@ -40,7 +37,7 @@ from builder.ship.registry import Registry
 
 from conftest import DOCKER, shipped_data, write_stacks
 from e2e import NS, REGISTRY, imgbuild, reports
-from tiny import env_for_index, publish, site, wheel
+from tiny import env_for_index, publish, site, wheel, served
 
 NSP = NS + "-platforms"
 PLATFORMS = ["linux/amd64", "linux/arm64"]
@@ -105,12 +102,7 @@ def module_index(tmp_path_factory):
     wheel(root, "imgbuild-demo-dep", "1.0")
     wheel(root, "imgbuild-demo-armconflict", "1.0", (ARM_CONFLICT,))
     publish(root)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield {"root": root, "url": f"http://127.0.0.1:{server.server_address[1]}/simple"}
-    server.shutdown()
+    yield from served(root)
 
 
 @pytest.fixture(scope="module")

@@ -13,20 +13,17 @@ the second builds only the two layers above demo.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import os
 import subprocess
 import sys
-import threading
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tiny import NET, publish, site, wheel
+from tiny import NET, publish, site, wheel, served
 
 REGISTRY = os.environ.get("IMGBUILD_TEST_REGISTRY", "127.0.0.1:5000")
 NS = f"imgbuild-difftest-{uuid.uuid4().hex[:8]}"
@@ -45,12 +42,7 @@ def module_index(tmp_path_factory):
     wheel(root, "imgbuild-demo-dep", "1.0")
     wheel(root, "imgbuild-demo-dep", "1.1")
     publish(root)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield {"root": root, "url": f"http://127.0.0.1:{server.server_address[1]}/simple"}
-    server.shutdown()
+    yield from served(root)
 
 
 def stacks_file(work: Path, name: str, dep: str, variant: str) -> Path:

@@ -192,6 +192,20 @@ def index(tmp_path, serve):
     return {"root": root, "url": serve(root) + "/simple"}
 
 
+def served(root: Path):
+    """A static file server for root on the host's loopback, for a module-scoped index (the `index` fixture
+    is per test): yields {"root", "url"} (url: root/simple), stopped when the generator ends."""
+    import functools
+    import http.server
+    import threading
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield {"root": root, "url": f"http://127.0.0.1:{server.server_address[1]}/simple"}
+    server.shutdown()
+
+
 def env_for_index(index: dict) -> dict:
     """The variables a build of a tiny stack needs: the loopback index instead of PyPI, the host network."""
     return {"IMGBUILD_PIP_INDEX_URL": index["url"], **NET}
