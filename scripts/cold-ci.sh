@@ -32,7 +32,12 @@ sleep 2
 pgrep -x dockerd >/dev/null && { echo "cold-ci: dockerd did not stop" >&2; exit 1; }
 # Mounts a dead engine may leave (overlay, netns) would keep their folders busy.
 grep -E ' (/var/lib/(docker|containerd|imgbuild)|/run/docker)/' /proc/mounts | awk '{ print $2 }' | sort -r | xargs -r umount -l || true
-rm -rf /var/lib/docker /var/lib/containerd /var/lib/imgbuild /run/docker /var/run/docker.pid
+# Emptied, not removed: on some machines of this kind /var/lib/docker is a mount point of its own.
+for d in /var/lib/docker /var/lib/containerd /var/lib/imgbuild /run/docker; do
+    [ -d "$d" ] && find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf {} +
+    rmdir "$d" 2>/dev/null || true
+done
+rm -f /var/run/docker.pid
 log "emptied: no engine data, no registry storage, no imgbuild state ($(df -h --output=avail /var/lib | tail -1 | tr -d ' ') free)"
 
 mkdir -p "$dir"
