@@ -31,6 +31,8 @@ from builder.core import platforms as plat
 from builder.plan.keys import Node, Plan
 from builder.load.spec import Spec, Stack
 from builder.core import catalog
+from builder.ship import gpuproof
+from builder.textsafe import inert
 
 SYSTEMS = ("gitlab", "github")
 KEY_SHOWN = 12                     # hex digits of the key in a job name
@@ -77,6 +79,7 @@ class Pipeline:
     system: str
     jobs: dict = field(default_factory=dict)      # id -> Job
     notes: list = field(default_factory=list)     # what the user should know (printed on stderr)
+    header: list = field(default_factory=list)    # what the file itself says first, as comment lines
 
     def add(self, job: Job) -> None:
         if job.id in self.jobs:
@@ -111,22 +114,50 @@ def _gpu_choice(spec: Spec, plan: Plan, system: str, target: Stack) -> tuple[str
     """(GPU model or generation, runner labels) that take the stack's GPU jobs: the first of its GPUs (in
     the order stacks.yaml lists them) that a runner of the site has. Refused when the site declares GPU
     runners, the stack has GPU checks and names GPUs, and no runner has any of them: a GPU check on
-    another GPU proves nothing about the stack's."""
+    another GPU proves nothing about the stack's. A stack whose GPU checks the site waives
+    (site.ci.gpu_checks) is written without GPU jobs instead."""
     ci = spec.site.ci
     stack = target.name
     for gpu in target.gpus:
         found = ci.runners_for(system, gpu)
         if found:
             return found
-    if target.gpus and ci.gpu_map(system) and any(has_gpu_checks(plan.nodes[k]) for k in plan.stacks[stack]):
+    if ci.gpu_map(system) and gpuproof.applies(spec, plan, stack) and ci.gpu_waiver(stack) is None:
         key = "gpu_runner_tags" if system == "gitlab" else "github_gpu_runs_on"
         offered = ", ".join(f"{name} ({' '.join(labels)})" for name, labels in ci.gpu_map(system))
         raise SpecError(f"stack {stack!r} targets {', '.join(g.name for g in target.gpus)}, and no {system} runner "
                         f"has one of them: site.ci.{key} offers {offered}",
                         file=str(spec.file), key=f"site.ci.{key}",
                         hint=f"add a runner for one of its GPUs (by model, or by generation such as "
-                             f"{', '.join(sorted({g for g in map(catalog.gpu_generation, target.gpus) if g}))})")
+                             f"{', '.join(sorted({g for g in map(catalog.gpu_generation, target.gpus) if g}))}), "
+                             f"or release it without GPU proof on purpose: {_waive_hint(stack)}")
     return None
+
+
+def _waive_hint(*stacks: str) -> str:
+    return "site.ci.gpu_checks: {waive: {" + ", ".join(f"{s}: REASON" for s in stacks) + "}}"
+
+
+def _unproven(spec: Spec, plan: Plan, system: str, stacks: list[Stack], choice: dict) -> None:
+    """Refuse a pipeline in which a stack with GPUs and GPU checks would be released on checks no GPU ran: no
+    GPU runner of the site has one of its GPUs (where it declares GPU runners, _gpu_choice said so already),
+    and the site does not waive its GPU checks (site.ci.gpu_checks)."""
+    ci = spec.site.ci
+    bare = [s for s in stacks if not choice[s.name] and gpuproof.applies(spec, plan, s.name)
+            and ci.gpu_waiver(s.name) is None]
+    if not bare:
+        return
+    key = "site.ci.gpu_runner_tags" if system == "gitlab" else "site.ci.github_gpu_runs_on"
+    named = ", ".join(f"{s.name!r} ({', '.join(g.name for g in s.gpus)})" for s in bare)
+    first = bare[0].gpus[0].name
+    labels = f"[gpu, {first.lower()}]" if system == "gitlab" else f"[self-hosted, {first.lower()}]"
+    raise SpecError(f"{'stack' if len(bare) == 1 else 'stacks'} {named} {'has' if len(bare) == 1 else 'have'} GPU "
+                    f"checks, and {key} is not declared: no GPU job would run them, and the release would move tags "
+                    "on GPU checks that never ran on one of the stack's GPUs",
+                    file=str(spec.file), key=key,
+                    hint=f"declare the runners that have its GPUs (e.g. {key.rsplit('.', 1)[-1]}: {{{first}: {labels}}}), "
+                         f"or release without GPU proof on purpose, with the reason: "
+                         f"{_waive_hint(*(s.name for s in bare))}")
 
 
 def pipeline(spec: Spec, plan: Plan, stacks: list[Stack], system: str, common: tuple) -> Pipeline:
@@ -136,6 +167,7 @@ def pipeline(spec: Spec, plan: Plan, stacks: list[Stack], system: str, common: t
     out = Pipeline(system)
     builders = ci.runner_tags if system == "gitlab" else (ci.github_runs_on or DEFAULT_RUNS_ON)
     choice = {stack.name: _gpu_choice(spec, plan, system, stack) for stack in stacks}
+    _unproven(spec, plan, system, stacks, choice)
     names = [stack.name for stack in stacks]
     node_job: dict = {}
     gpu_job: dict = {}                          # (key, GPU model or generation) -> job id
@@ -174,18 +206,22 @@ def pipeline(spec: Spec, plan: Plan, stacks: list[Stack], system: str, common: t
         key_name = "site.ci.platform_runner_tags" if system == "gitlab" else "site.ci.github_platform_runs_on"
         out.notes.append(f"{platform} has no runners in {key_name}: its layer images are built on the builders under "
                          "QEMU emulation (slow; each runner needs qemu-user-static and binfmt-support)")
-    gpu_nodes = [n for n in plan.nodes.values() if has_gpu_checks(n)]
-    key_name = "site.ci.gpu_runner_tags" if system == "gitlab" else "site.ci.github_gpu_runs_on"
-    if gpu_nodes and not ci.gpu_map(system):
-        out.notes.append(f"{len(gpu_nodes)} layer image(s) have GPU checks but {key_name} is not declared: no GPU "
-                         "jobs were written, and those checks are recorded as skipped (needs a GPU)")
     for name in names:
         keys = plan.stacks[name]
         gpu = choice[name][0] if choice[name] else None
         mine = tuple(gpu_job[(k, gpu)] for k in keys if (k, gpu) in gpu_job)
-        if ci.gpu_map(system) and not choice[name] and any(has_gpu_checks(plan.nodes[k]) for k in keys):
+        if not spec.stack(name).gpus and any(has_gpu_checks(plan.nodes[k]) for k in keys):
             out.notes.append(f"stack {name} names no GPU: its GPU checks stay skipped (needs a GPU)")
-        # With GPU jobs the release reads the GPU results from the registry too, not only the job order.
+        waived = gpuproof.waived(spec, plan, name)
+        if waived is not None:
+            how = ("its GPU jobs still run them, and its release requires them" if mine else
+                   "no GPU job runs them: it is released with them skipped")
+            out.notes.append(f"stack {name} is released with its GPU checks waived (site.ci.gpu_checks: {waived}); {how}")
+            out.header.append(f"stack {name}: GPU checks waived (site.ci.gpu_checks): {waived}"
+                              + ("" if mine else "; released with them skipped"))
+        # With GPU jobs the release reads the GPU results from the registry too, not only the job order. Every
+        # stack that needs GPU proof has them unless the site waives it (_unproven): only a waived stack's
+        # release goes without the flag, and promote reads the waiver.
         gpu_proof = ("--require-gpu-checks",) if mine else ()
         out.add(Job(job_id(system, "release", name), "release", name, name,
                     ("release", f"stack={name}") + gpu_proof + common,
@@ -250,17 +286,37 @@ def _branch_words(spec: Spec) -> str:
     return f"branch {branch} (site.ci.release_branch)" if branch else "the repository's default branch"
 
 
+def _gitlab_variables(secrets) -> dict:
+    """`ENV: $SOURCE` for each secret (site.ci.secrets): a name, never a value. A secret mapped to its own name
+    is left out: GitLab gives a CI/CD variable to every job it may reach under that name, ahead of any YAML
+    variable, and `X: $X` would only refer to itself where GitLab withholds X (a Protected variable off a
+    protected branch)."""
+    return {s.env: f"${s.source}" for s in secrets if s.env != s.source}
+
+
 def gitlab(spec: Spec, pipe: Pipeline, imgbuild: str) -> str:
     """The child pipeline: stages build, gpu, release; `needs` make it a DAG (jobs start as soon as what
     they need passed; a failed job leaves every job that needs it unrun). Release jobs carry `rules:` that
-    keep them out of every pipeline but the release branch's."""
+    keep them out of every pipeline but the release branch's. Secrets (site.ci.secrets) are mapped by name:
+    reach all in the job's `variables:`, reach protected and release in `rules: variables:` of the release
+    rule, so that no other branch's or merge request's pipeline has the mapping."""
+    ci = spec.site.ci
+    rule = gitlab_release_rule(spec)
     doc: dict = {"stages": list(GITLAB_STAGES), "default": {"retry": {"max": 2, "when": list(RUNNER_FAILURES)}}}
     stage = {"node": "build", "gpu": "gpu", "release": "release"}
     for job in pipe.jobs.values():
         body: dict = {"stage": stage[job.role], "needs": list(job.needs)}
+        everywhere = _gitlab_variables(ci.secrets_for(job.role, release_pipeline=False))
+        guarded = _gitlab_variables(s for s in ci.secrets_for(job.role, release_pipeline=True)
+                                    if s not in ci.secrets_for(job.role, release_pipeline=False))
         if job.role == "release":
-            body["rules"] = [{"if": gitlab_release_rule(spec)}]
+            body["rules"] = [dict({"if": rule}, **({"variables": guarded} if guarded else {}))]
             body["resource_group"] = f"imgbuild-release-{job.stack}"   # one tag move per stack at a time
+        elif guarded:
+            # The mapping only where the release rule matches; the job itself runs in every pipeline.
+            body["rules"] = [{"if": rule, "variables": guarded}, {"when": "on_success"}]
+        if everywhere:
+            body["variables"] = everywhere
         if job.runners:
             body["tags"] = list(job.runners)
         body["timeout"] = gitlab_duration(job.minutes)
@@ -280,11 +336,46 @@ def _pinned(text: str, actions: dict) -> str:
     return text
 
 
+def _github_secret(source: str, release_ref: str | None) -> str:
+    """`${{ secrets.SOURCE }}`; with release_ref, the secret on the release ref and '' on any other."""
+    if release_ref:
+        return f"${{{{ github.ref == {release_ref} && secrets.{source} || '' }}}}"
+    return f"${{{{ secrets.{source} }}}}"
+
+
+def _github_secrets(body: dict, plain: tuple, guarded: tuple, release_ref: str) -> dict:
+    """The job with its secrets (site.ci.secrets) mapped by name: a text secret in the job's `env:`; a
+    file secret (file: true) written by a step after checkout into $RUNNER_TEMP (the runner empties it at
+    each job's start and end), the variable then holding its path, and only where the secret is not empty.
+    guarded: the secrets given only on the release ref (reach protected in node and GPU jobs)."""
+    value = {s.env: _github_secret(s.source, None) for s in plain}
+    value.update({s.env: _github_secret(s.source, release_ref) for s in guarded})
+    files = [s.env for s in plain + guarded if s.file]
+    text = {env: v for env, v in value.items() if env not in files}
+    if not value:
+        return body
+    out: dict = {}
+    for key, v in body.items():
+        if key == "runs-on" and text:
+            out["env"] = text
+        out[key] = v
+    if files:
+        lines = ["umask 077"] + [
+            f'if [ -n "${env}" ]; then printf \'%s\' "${env}" > "$RUNNER_TEMP/imgbuild-secret-{env}" && '
+            f'echo "{env}=$RUNNER_TEMP/imgbuild-secret-{env}" >> "$GITHUB_ENV"; fi' for env in files]
+        out["steps"] = out["steps"][:1] + [{"name": "secret files", "env": {env: value[env] for env in files},
+                                            "run": "\n".join(lines)}] + out["steps"][1:]
+    return out
+
+
 def github(spec: Spec, pipe: Pipeline, imgbuild: str, regenerate: tuple, workflow: str, common: tuple) -> str:
     """The workflow: a first job refuses a file written offline, regenerates it (`regenerate`: the
     arguments that wrote it, never --offline) and fails on any difference from the committed file, so a
     stale workflow builds nothing; a review job on pull requests; then the plan's jobs. Release jobs run
-    only for a push (or a manual run) of the release branch, in an environment the site can protect."""
+    only for a push (or a manual run) of the release branch, in an environment the site can protect.
+    Secrets (site.ci.secrets) by name: reach all in every job; reach protected in node and GPU jobs only on
+    the release ref (elsewhere the variable is empty, and the job's environment is the staging one),
+    and in release jobs; reach release in release jobs."""
     ci = spec.site.ci
     checkout = {"uses": ci.github_actions["checkout"].uses}
     upload = ci.github_actions["upload-artifact"].uses
@@ -315,6 +406,12 @@ def github(spec: Spec, pipe: Pipeline, imgbuild: str, regenerate: tuple, workflo
                   {"name": "keep the report", "uses": upload,
                    "with": {"name": "imgbuild-review", "path": REVIEW_FILE}}],
     }}
+    for name, role in ((CURRENT_JOB, "current"), (REVIEW_JOB, "review")):
+        jobs[name] = _github_secrets(jobs[name], ci.secrets_for(role, release_pipeline=False), (), release_ref)
+    # Node and GPU jobs run in the release environment on the release ref, in the staging one elsewhere,
+    # where a protected secret can be an environment secret the release environment alone holds.
+    zone = (f"${{{{ github.ref == {release_ref} && '{ci.github_environment}' || '{ci.github_staging_environment}' }}}}"
+            if any(s.reach == "protected" for s in ci.secrets) else None)
     for job in pipe.jobs.values():
         needs = list(job.needs) or [CURRENT_JOB]
         label = {"node": f"layer {job.name} {job.key and job.key[:KEY_SHOWN]}",
@@ -325,10 +422,14 @@ def github(spec: Spec, pipe: Pipeline, imgbuild: str, regenerate: tuple, workflo
             body["if"] = f"(github.event_name == 'push' || github.event_name == 'workflow_dispatch') && github.ref == {release_ref}"
             body["environment"] = {"name": ci.github_environment}
             body["concurrency"] = {"group": f"imgbuild-release-{job.stack}", "cancel-in-progress": False}
+        elif zone:
+            body["environment"] = {"name": zone}
         body["runs-on"] = list(job.runners or runs_on)
         body["timeout-minutes"] = job.minutes
         body["steps"] = [dict(checkout), {"run": command(imgbuild, job.argv)}]
-        jobs[job.id] = body
+        plain = ci.secrets_for(job.role, release_pipeline=job.role == "release")
+        guarded = tuple(s for s in ci.secrets_for(job.role, release_pipeline=True) if s not in plain)
+        jobs[job.id] = _github_secrets(body, plain, guarded, release_ref)
     doc = {"name": "imgbuild",
            # Every branch and pull request builds and validates; only the release branch's jobs move tags.
            "on": {"push": None, "pull_request": None, "workflow_dispatch": None},
@@ -377,7 +478,10 @@ def generate(prepared, system: str, *, imgbuild: str = "imgbuild", common: tuple
     pipe = pipeline(spec, plan, list(prepared.stacks), system, common)
     text = gitlab(spec, pipe, imgbuild) if system == "gitlab" else \
         github(spec, pipe, imgbuild, regenerate, workflow, common)
-    return (OFFLINE_LINE if offline else "") + text, notes + pipe.notes
+    # What the file says of itself before its first job (the offline mark stays its first line): the stacks it
+    # releases with their GPU checks waived, and why. One line each, never a line break of the reason's own.
+    said = "".join(f"# imgbuild: {inert(line)}\n" for line in pipe.header)
+    return (OFFLINE_LINE if offline else "") + said + text, notes + pipe.notes
 
 
 __all__ = ["generate", "pipeline", "base_notes", "job_id", "Job", "Pipeline", "SYSTEMS"]

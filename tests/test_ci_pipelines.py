@@ -33,6 +33,13 @@ RESERVED = {"image", "services", "stages", "types", "before_script", "after_scri
             "include", "true", "false", "nil", "workflow", "default", "pages"}
 
 
+def waive_all(source: Path) -> dict:
+    """site.ci.gpu_checks waiving every stack of a stacks file, with a reason: a site without GPU runners
+    writes no pipeline that would release a stack with GPUs on GPU checks no GPU ran, unless it waives them."""
+    return {"gpu_checks": {"waive": {name: "no GPU runners on this test site"
+                                     for name in yaml.safe_load(source.read_text())["stacks"]}}}
+
+
 def with_ci(tmp_path: Path, source: Path, ci: dict | None, sub: str) -> Path:
     """A copy of a stacks file (it names no file beside it) with site.ci set, or without site.ci."""
     data = yaml.safe_load(source.read_text())
@@ -60,7 +67,7 @@ CASES = [(source, ci, system) for source in ("shipped", "example") for ci in (No
 
 @pytest.mark.parametrize("source,ci,system", CASES, ids=["-".join(map(str, c)) for c in CASES])
 def test_the_pipeline_is_the_plan(cli, tmp_path, source, ci, system):
-    file = with_ci(tmp_path, STACKS_OF[source], GPU_CI if ci else None, "s")
+    file = with_ci(tmp_path, STACKS_OF[source], GPU_CI if ci else waive_all(STACKS_OF[source]), "s")
     doc, text, err = generated(cli, system, file)
     spec, names, plan = offline_plan(file)
     jobs = doc if system == "gitlab" else doc["jobs"]
@@ -132,8 +139,22 @@ def test_the_pipeline_is_the_plan(cli, tmp_path, source, ci, system):
         gpu_proof = ["--require-gpu-checks"] if mine else []
         assert script(job) == ["imgbuild", "release", f"stack={name}", *gpu_proof, "-f", str(file)]
     if not ci:
-        assert "GPU checks but site.ci" in err and not any(j.startswith("gpu-") for j in jobs)
+        # No GPU runner: every stack with GPUs and GPU checks is released with them skipped, as the site waived,
+        # and the file and the notes say so.
+        assert not any(j.startswith("gpu-") for j in jobs)
+        waived = [s for s in names if spec.stack(s).gpus and any(c.gpu for k in plan.stacks[s] for c in plan.nodes[k].checks)]
+        assert waived
+        for name in waived:
+            assert f"# imgbuild: stack {name}: GPU checks waived (site.ci.gpu_checks): no GPU runners on this test site" in text
+            assert f"stack {name} is released with its GPU checks waived" in err
         assert ("run on any runner" if system == "gitlab" else "any self-hosted runner") in err
+        # Without the waiver, the same site gets no pipeline: the stacks and the setting that is missing are named.
+        bare = with_ci(tmp_path, STACKS_OF[source], None, "bare")
+        res = cli("ci", system, "--all", "--offline", "-f", str(bare))
+        key = "site.ci.gpu_runner_tags" if system == "gitlab" else "site.ci.github_gpu_runs_on"
+        assert res.code == 2 and res.out == "", res.output
+        assert f"{bare}: {key}: " in res.err and "site.ci.gpu_checks" in res.err, res.err
+        assert all(repr(s) in res.err for s in waived), res.err
     assert "&id" not in text and "*id" not in text           # no YAML aliases: each job whole
 
 
@@ -141,7 +162,7 @@ STACKS_OF = {"shipped": REPO / "stacks.yaml", "example": EXAMPLE}
 
 
 def test_shared_layers_are_one_job_needed_by_every_stack_that_uses_them(cli, tmp_path):
-    doc, _, _ = generated(cli, "gitlab", with_ci(tmp_path, REPO / "stacks.yaml", None, "s"))
+    doc, _, _ = generated(cli, "gitlab", with_ci(tmp_path, REPO / "stacks.yaml", waive_all(REPO / "stacks.yaml"), "s"))
     spec, names, plan = offline_plan(tmp_path / "s" / "stacks.yaml")
     shared = [n for k, n in plan.nodes.items() if len(plan.users[k]) > 1]
     assert shared
@@ -294,7 +315,7 @@ def two_platform_site(tmp_path: Path, ci: dict) -> Path:
     params = data["layers"]["cpu-torch-2.13"]["params"]
     params["wheel"] = [params["wheel"], ARM_WHEEL]
     data["stacks"]["cpu-smoke"].update(platforms=["linux/amd64", "linux/arm64"], tags=["{stack}", "{stack}-{date}"])
-    data["site"]["ci"] = ci
+    data["site"]["ci"] = dict(ci, **waive_all(REPO / "stacks.yaml"))   # the GPU stacks have no GPU runner here
     return write_stacks(tmp_path / "both", data)
 
 

@@ -26,6 +26,7 @@ from builder.plan.layout import layer_repo, release_repo
 from builder.load.params import GitPin, Uninstall, WheelPin
 from builder.plan.keys import Node, Plan, image_ref
 from builder.prepared import prepare
+from builder.ship import gpuproof
 from builder.ship.publish import TAG_OK
 from builder.ship.registry import Registry
 from builder.rules import facts
@@ -447,9 +448,9 @@ def _stack_diff(name: str, old: _Side, new: _Side, reg: Registry | None) -> Stac
     date = time.strftime("%Y.%m.%d", time.gmtime())
     if old_stack is None:
         tags = _tags(new.spec, name, new_stack.tags, date)
-        return StackDiff(name, "added", tuple(nodes), "create", tags,
+        return StackDiff(name, "added", tuple(nodes), "create", tags, tuple(_waiver_notes(old, new, name)),
                          created=tuple(t for t in tags if not _moved(t, (), reg)))
-    notes = []
+    notes = _waiver_notes(old, new, name)
     for o, n in matches:   # what a stacks.yaml change says without changing an image or a check (a reason)
         if o is not None and o.key == n.key and o.checks == n.checks and _param_changes(o.layer, n.layer):
             notes.append(f"{n.name}: " + "; ".join(_param_changes(o.layer, n.layer)) + " (no image or check changes)")
@@ -466,6 +467,23 @@ def _stack_diff(name: str, old: _Side, new: _Side, reg: Registry | None) -> Stac
     changed = notes or any(n.change != "unchanged" for n in nodes)
     return StackDiff(name, "changed" if changed else "unchanged", tuple(nodes), action, tags, tuple(notes),
                      created)
+
+
+def _waiver_notes(old: _Side, new: _Side, name: str) -> list[str]:
+    """A GPU waiver (site.ci.gpu_checks) added, removed or changed for the stack: it changes no image, but
+    whether the stack is released without its GPU checks having run on one of its GPUs."""
+    was = old.spec.site.ci.gpu_waiver(name) if name in old.spec.stacks else None
+    now = new.spec.site.ci.gpu_waiver(name)
+    if was == now:
+        return []
+    if now is None:
+        return [f"GPU checks no longer waived (site.ci.gpu_checks; was: {was}): released only where its GPU checks "
+                "ran on one of its GPUs"]
+    effect = ("released with its GPU checks skipped where no GPU of its ran them" if gpuproof.applies(new.spec, new.plan, name)
+              else "no effect: the stack declares no GPUs or has no GPU checks")
+    if was is None:
+        return [f"GPU checks waived (site.ci.gpu_checks): {now} ({effect})"]
+    return [f"GPU checks waiver changed (site.ci.gpu_checks): {was} -> {now} ({effect})"]
 
 
 def _notes(old: _Side, new: _Side, registry: bool) -> tuple[str, ...]:

@@ -2,7 +2,9 @@
 jobs (GPU jobs by the GPU a runner has), which GitHub actions by which commit, and how long a job may run.
 
 Every value lands in CI YAML, a rules expression or a shell line, so each is a plain name checked
-against a grammar here; the writers (builder.ci) quote them again where they land.
+against a grammar here; the writers (builder.ci) quote them again where they land. The one exception, a
+GPU waiver's reason (gpu_checks: the stacks released without GPU proof, builder.ship.gpuproof), is one line
+of text without control characters, written only into comments, notes, cards and the catalog.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from typing import Any
 from builder.core import platforms
 from builder.load.params import type_name
 from builder.redact import redact
+from builder.textsafe import inert
 from builder.core import catalog
 
 KEYS = {"release_branch", "runner_tags", "gpu_runner_tags", "github_runs_on", "github_gpu_runs_on",
-        "github_environment", "github_actions", "timeouts", "platform_runner_tags", "github_platform_runs_on"}
+        "github_environment", "github_actions", "timeouts", "platform_runner_tags", "github_platform_runs_on",
+        "secrets", "github_staging_environment", "gpu_checks"}
 # A runner tag or label as both CI systems and a shell line can hold it unquoted: no space, quote, `$` or `*`.
 RUNNER_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 # A branch name as git allows it (git check-ref-format), narrowed to what a rules expression and a
@@ -42,6 +46,42 @@ ACTION_KEYS = {"repo", "commit", "version"}
 DEFAULT_TIMEOUTS = {"build": 60, "cuda_build": 240, "gpu": 60, "release": 30, "review": 20}
 MAX_MINUTES = 72 * 60
 DEFAULT_ENVIRONMENT = "imgbuild-release"
+DEFAULT_STAGING_ENVIRONMENT = "imgbuild-staging"
+
+# site.ci.secrets: ENV_NAME -> {from: CI_SECRET_NAME, reach: all|protected|release, file: bool}. Only names
+# reach a generated file, never a value. ENV_NAME is the variable a job's imgbuild reads; CI_SECRET_NAME the
+# GitLab CI/CD variable or GitHub secret it comes from (both systems: capitals, digits and _).
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}\Z")
+SECRET_KEYS = {"from", "reach", "file"}
+# all: every job (node, gpu, release, and GitHub's workflow-current and review); protected: only the jobs of
+# the release branch's pipeline (node, gpu, release); release: only the release jobs.
+REACHES = ("all", "protected", "release")
+DEFAULT_REACH = "protected"          # a secret said without reach never reaches a branch or merge request job
+# Names the CI systems set themselves (and imgbuild reads to tell where it runs: release_refusal): a secret
+# mapped over one would change what a job believes about its own pipeline.
+SYSTEM_PREFIXES = ("CI_", "GITLAB_", "GITHUB_", "RUNNER_", "ACTIONS_")
+# The variables that put imgbuild in the release zone (it signs and writes the release namespace): never
+# given to every job.
+SIGNING_ENV = ("IMGBUILD_SIGNING_KEY", "IMGBUILD_SIGNING_KEY_FILE")
+
+
+@dataclass(frozen=True)
+class Secret:
+    """One entry of site.ci.secrets: the job's variable env gets the CI secret source's value (GitLab: a
+    file's path where the CI/CD variable is of type File), in the jobs that reach names."""
+    env: str
+    source: str
+    reach: str = DEFAULT_REACH
+    file: bool = False
+
+    def reaches(self, role: str, release_pipeline: bool = True) -> bool:
+        """Whether a job of role (node, gpu, release, review, current) gets it, in the release branch's
+        pipeline (release_pipeline) or any other."""
+        if self.reach == "all":
+            return True
+        if self.reach == "release":
+            return release_pipeline and role == "release"
+        return release_pipeline and role in ("node", "gpu", "release")
 
 
 @dataclass(frozen=True)
@@ -72,6 +112,22 @@ class CiSettings:
     # linux/arm64); a platform without one builds on the builders above, under QEMU emulation
     platform_runner_tags: tuple = ()
     github_platform_runs_on: tuple = ()
+    # (Secret, ...) in the order stacks.yaml lists them: which CI secrets a job gets under which names
+    secrets: tuple = ()
+    # GitHub: the environment of node and GPU jobs off the release branch where a protected secret exists
+    # (their environment is github_environment on the release branch)
+    github_staging_environment: str = DEFAULT_STAGING_ENVIRONMENT
+    # ((stack, reason), ...): the stacks released without GPU proof on purpose (site.ci.gpu_checks.waive;
+    # builder.ship.gpuproof)
+    gpu_checks_waived: tuple = ()
+
+    def gpu_waiver(self, stack: str) -> str | None:
+        """Why stack releases with its GPU checks skipped (site.ci.gpu_checks.waive), or None: it needs GPU proof."""
+        return dict(self.gpu_checks_waived).get(stack)
+
+    def secrets_for(self, role: str, release_pipeline: bool) -> tuple:
+        """The secrets a job of role gets in the release branch's pipeline (release_pipeline) or another."""
+        return tuple(s for s in self.secrets if s.reaches(role, release_pipeline))
 
     def platform_map(self, system: str) -> tuple:
         return self.platform_runner_tags if system == "gitlab" else self.github_platform_runs_on
@@ -114,15 +170,28 @@ def parse(loader, value: Any) -> CiSettings:
     for key in ("platform_runner_tags", "github_platform_runs_on"):
         if raw.get(key) is not None:
             out[key] = _platform_map(loader, ("site", "ci", key), raw[key])
-    if raw.get("github_environment") is not None:
-        path = ("site", "ci", "github_environment")
-        env = loader.string(path, raw["github_environment"])
-        if not ENVIRONMENT.match(env):
-            raise loader.err(path, f"{redact(env[:70])!r} is not a GitHub environment name imgbuild writes: "
-                             "letters, digits and . _ -")
-        out["github_environment"] = env
+    for key in ("github_environment", "github_staging_environment"):
+        if raw.get(key) is not None:
+            path = ("site", "ci", key)
+            env = loader.string(path, raw[key])
+            if not ENVIRONMENT.match(env):
+                raise loader.err(path, f"{redact(env[:70])!r} is not a GitHub environment name imgbuild writes: "
+                                 "letters, digits and . _ -")
+            out[key] = env
+    if out.get("github_staging_environment", DEFAULT_STAGING_ENVIRONMENT) == \
+            out.get("github_environment", DEFAULT_ENVIRONMENT):
+        said = "github_staging_environment" if raw.get("github_staging_environment") is not None else "github_environment"
+        raise loader.err(("site", "ci", said),
+                         "github_environment and github_staging_environment (default imgbuild-staging) can never "
+                         "be one environment: jobs off the release branch run in the staging one, so the release "
+                         "environment's secrets would reach them",
+                         hint="name two environments, and protect github_environment to the release branch")
+    if raw.get("secrets") is not None:
+        out["secrets"] = _secrets(loader, ("site", "ci", "secrets"), raw["secrets"])
     if raw.get("github_actions") is not None:
         out["github_actions"] = _actions(loader, ("site", "ci", "github_actions"), raw["github_actions"])
+    if raw.get("gpu_checks") is not None:
+        out["gpu_checks_waived"] = _gpu_checks(loader, ("site", "ci", "gpu_checks"), raw["gpu_checks"])
     if raw.get("timeouts") is not None:
         out["timeouts"] = _timeouts(loader, ("site", "ci", "timeouts"), raw["timeouts"])
     return CiSettings(**out)
@@ -204,6 +273,111 @@ def _actions(loader, path: tuple, value: Any) -> dict:
     return out
 
 
+def _shown(text: str) -> str:
+    """A refused value as an error message may quote it: shortened and redacted (a message reaches CI logs,
+    and a value written where a name belongs may be the secret itself)."""
+    return repr(redact(text[:12]) + ("..." if len(text) > 12 else ""))
+
+
+def _secrets(loader, path: tuple, value: Any) -> tuple:
+    """{ENV_NAME: {from: CI_SECRET_NAME, reach: all|protected|release, file: bool}}: names only."""
+    raw = loader.mapping(path, value, what="a mapping of job variable names to CI secrets")
+    if not raw:
+        raise loader.err(path, "is not a mapping of secrets: it is empty", hint="leave the key out instead")
+    out = []
+    for env, entry in raw.items():
+        if not (isinstance(env, str) and ENV_NAME.match(env)):
+            # Named in the key path where it looks like a name; else only its length (it may be a value).
+            named = isinstance(env, str) and re.match(r"^[A-Za-z0-9_.-]{1,40}\Z", env)
+            raise loader.err(path + (env,) if named else path,
+                             ("is not" if named else f"a key of {len(str(env))} characters (not shown) is not")
+                             + " an environment variable name: capital letters, digits and _, not starting with "
+                             "a digit",
+                             hint="e.g. secrets: {DOCKER_AUTH_CONFIG: {from: RELEASE_DOCKER_AUTH, reach: protected}}")
+        here = path + (env,)
+        if env.startswith(SYSTEM_PREFIXES):
+            raise loader.err(here, f"is not a name a secret may take: {', '.join(p + '*' for p in SYSTEM_PREFIXES)} "
+                             "are the CI systems' own variables, which imgbuild reads to tell which pipeline it "
+                             "runs in")
+        entry = loader.mapping(here, entry, SECRET_KEYS, what="a mapping with from (and reach, file)")
+        if entry.get("from") is None:
+            raise loader.err(here, "missing key 'from'", hint="the name of the GitLab CI/CD variable or GitHub "
+                             "secret that holds the value (never the value itself)")
+        source = loader.string(here + ("from",), entry["from"])
+        if not ENV_NAME.match(source):
+            raise loader.err(here + ("from",), f"{_shown(source)} is not a CI secret name: capital letters, "
+                             "digits and _, not starting with a digit",
+                             hint="write the name of the GitLab CI/CD variable or GitHub secret, never its value")
+        if source.startswith("GITHUB_"):
+            raise loader.err(here + ("from",), "is not a CI secret name imgbuild writes: GitHub reserves names "
+                             "starting with GITHUB_")
+        reach = entry.get("reach", DEFAULT_REACH)
+        if reach not in REACHES:
+            shown = _shown(reach) if isinstance(reach, str) else type_name(reach)
+            raise loader.err(here + ("reach",), f"{shown} is not one of {', '.join(REACHES)}",
+                             hint="all: every job; protected: the release branch's jobs; release: the release "
+                                  "jobs only")
+        if env in SIGNING_ENV and reach == "all":
+            raise loader.err(here + ("reach",), "can never be 'all' for the signing key: a branch or merge "
+                             "request job would hold it and sign", hint="reach: protected (or release)")
+        file = entry.get("file", False)
+        if not isinstance(file, bool):
+            raise loader.err(here + ("file",), f"expected true or false, got {type_name(file)}")
+        out.append(Secret(env, source, reach, file))
+    return tuple(out)
+
+
+GPU_CHECKS_KEYS = {"waive"}
+WAIVER_MAX = 200     # characters of a waiver's reason: one line, shown on cards, the catalog and in CI files
+
+
+def _gpu_checks(loader, path: tuple, value: Any) -> tuple:
+    """{waive: {STACK: REASON}}: each stack named, each with its reason, so that a stack added later is never
+    released without GPU proof by a line written for the others. ((stack, reason), ...) in the file's order."""
+    raw = loader.mapping(path, value, GPU_CHECKS_KEYS, what="a mapping with waive")
+    example = "e.g. gpu_checks: {waive: {h100-megatron: \"no H100 runner until 2026-09; fused Adam checked by hand\"}}"
+    if raw.get("waive") is None:
+        raise loader.err(path, "missing key 'waive': the stacks released with their GPU checks skipped, each with "
+                         "its reason", hint=example + "; leave gpu_checks out to require GPU proof of every stack")
+    here = path + ("waive",)
+    if not isinstance(raw["waive"], dict):
+        raise loader.err(here, f"expected a mapping of stack name to the reason its GPU checks are waived, got "
+                         f"{type_name(raw['waive'])}",
+                         hint="name each stack with its own reason (one reason for every stack would also waive a "
+                              "stack added later); " + example)
+    # The stacks as written (site is read before them): a waiver naming no stack is refused here.
+    data = getattr(getattr(loader, "doc", None), "data", None)
+    stacks = data.get("stacks") if isinstance(data, dict) else None
+    names = [str(n) for n in stacks] if isinstance(stacks, dict) else None   # None: the stacks loader says why
+    listed = ("stacks: " + ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")) if names else None
+    out = []
+    for name, reason in raw["waive"].items():
+        if not isinstance(name, str) or not RUNNER_LABEL.match(name):
+            raise loader.err(here, f"a stack name of {len(str(name))} characters that is not a name (not shown)",
+                             hint=listed)
+        if names is not None and name not in names:
+            near = [n for n in names if n.lower() == name.lower()]
+            raise loader.err(here + (name,), f"unknown stack {name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""),
+                             hint=listed)
+        if reason is None or (isinstance(reason, str) and not reason.strip()):
+            raise loader.err(here + (name,), "a waiver needs its reason: why this stack may be released with GPU "
+                             "checks that never ran on one of its GPUs",
+                             hint="it is shown on the stack's card, in the catalog and in CI files; " + example)
+        if isinstance(reason, (dict, list)):
+            raise loader.err(here + (name,), f"expected the reason as text, got {type_name(reason)}", hint=example)
+        text = loader.string(here + (name,), reason).strip()
+        if inert(text) != text:   # C1 controls, U+2028/2029 (line breaks to YAML), bidi overrides
+            raise loader.err(here + (name,), "the reason holds control or format characters (a line break to YAML, "
+                             "a bidi override): it is written into CI files and pages as one line of text")
+        if len(text) > WAIVER_MAX:
+            raise loader.err(here + (name,), f"the reason is {len(text)} characters; at most {WAIVER_MAX}",
+                             hint="say it in one line; link to the longer story")
+        out.append((name, text))
+    if not out:
+        raise loader.err(here, "waives no stack: it is empty", hint="leave gpu_checks out instead")
+    return tuple(out)
+
+
 def _timeouts(loader, path: tuple, value: Any) -> dict:
     raw = loader.mapping(path, value, set(DEFAULT_TIMEOUTS), what="a mapping of job roles to minutes")
     out = dict(DEFAULT_TIMEOUTS)
@@ -256,4 +430,4 @@ def release_refusal(settings: CiSettings, env) -> str | None:
     return None
 
 
-__all__ = ["CiSettings", "ActionPin", "parse", "release_refusal", "DEFAULT_ACTIONS", "DEFAULT_TIMEOUTS"]
+__all__ = ["CiSettings", "ActionPin", "Secret", "parse", "release_refusal", "DEFAULT_ACTIONS", "DEFAULT_TIMEOUTS"]

@@ -2,9 +2,9 @@
 
 The measured manifest beside each layer image says what is in the image. It does not say what the
 stack declared, because one layer image can serve several stacks: the GPUs it is meant for, its
-description, its platforms, its runtime environment, the layers of each platform's chain. promote
-writes those as an OCI artifact, NAMESPACE/STACK:sha256-HEX.stack, before the first tag names the
-release. The catalog (builder.catalog) reads it, so that it needs the registry and nothing else.
+description, its platforms, its runtime environment, the layers of each platform's chain, and whether the
+site released it with its GPU checks waived (site.ci.gpu_checks). promote writes those as an OCI artifact,
+NAMESPACE/STACK:sha256-HEX.stack, before the first tag names the release. The catalog (builder.catalog) reads it, so that it needs the registry and nothing else.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 
+from builder.ship import gpuproof
 from builder.ship.oci import stored_document
 from builder.ship.registry import Registry
 
@@ -35,6 +36,9 @@ def card(spec, plan, name: str) -> dict:
         "chains": {p: [{"layer": n.name, "kind": n.layer.kind.name, "key": n.short} for n in plan.chain(name, p)]
                    for p in plan.platforms(name)},
         "tag_templates": list(stack.tags),
+        # Why this release's GPU checks may never have run on one of its GPUs (site.ci.gpu_checks), else None:
+        # a stack with GPUs is otherwise released only on GPU proof (builder.ship.gpuproof).
+        "gpu_checks_waived": gpuproof.waived(spec, plan, name),
         # When this release was made: gc orders a stack's releases by it (a rollback is the newest).
         "released": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict
 
 from builder import __version__
+from builder.ship import gpuproof
 from builder.ship.checks import CheckResult, parse_ds_report
 from builder.errors import ValidationFailed
 from builder.plan.layout import artifact_tag
@@ -37,8 +38,12 @@ def checks_hash(checks) -> str:
 
 def build_manifest(node, facts: dict, results: list[CheckResult], image_digest: str | None, labels: dict,
                    checks, gpu: bool = False, kinds=()) -> dict:
-    """kinds: the loaded layer kinds, whose `versions:` say which distributions to record as versions."""
+    """kinds: the loaded layer kinds, whose `versions:` say which distributions to record as versions.
+    gpu: the checks ran where a GPU was; which one (gpu_model, a catalog name, and gpu_name, as the device
+    names itself) is read from the probe's measurement in the container, else from the host's nvidia-smi
+    (gpuproof.identify). Release of a GPU stack asks that this GPU be one of the stack's (gpuproof.unproven)."""
     ds = facts.get("ds_report")
+    gpu_model, gpu_name = gpuproof.identify(facts) if gpu else (None, None)
     return {
         "schema": SCHEMA,
         "builder_version": __version__,
@@ -54,6 +59,8 @@ def build_manifest(node, facts: dict, results: list[CheckResult], image_digest: 
         "checks_hash": checks_hash(checks),
         "outcome": "passed" if all(r.ok for r in results) else "failed",
         "validated_with_gpu": gpu,
+        "gpu_model": gpu_model,
+        "gpu_name": gpu_name,
         "checks": [asdict(r) for r in results],
         "versions": measured_versions(facts, kinds),
         "arch_list": (facts.get("torch") or {}).get("arch_list"),
@@ -72,7 +79,9 @@ def verdict(recorded: dict | None, node, digest: str, gpu: bool = False) -> str 
     This is the one reading of "validated" (build's lookup and promote both ask it). It trusts no summary
     field: every check the node has today must appear among the recorded results, and none of them may
     have failed. A GPU check skipped on a machine without a GPU is accepted, unless the caller has a GPU
-    (then the image is validated again, so that the GPU checks really run).
+    (then the image is validated again, so that the GPU checks really run). That is proof enough to reuse an
+    image, not to release a stack that declares GPUs: promote also asks gpuproof.unproven, per stack, whether
+    the GPU checks ran on one of that stack's GPUs (unless site.ci.gpu_checks waives it).
     """
     if not recorded:
         return "no imgbuild manifest is stored beside it"
