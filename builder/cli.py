@@ -21,6 +21,7 @@ from builder.load.spec import Spec, Stack, load_spec
 from builder.prepared import Prepared, prepare
 from builder.redact import redact
 from builder.textsafe import terminal
+from builder.ship.registry import auth_config_from_env
 
 # Plain help (no type column: `<list[Path]>` told a reader about Python, not about the option), -h as well
 # as --help, and shell completion (`imgbuild --install-completion`).
@@ -385,7 +386,7 @@ def catalog(out: Path = typer.Option(Path("catalog"), "--out", "-o", help="The f
     ns = namespace or (site.namespace if site else DEFAULT_NAMESPACE)
     reg = Registry(host, on_retry=lambda line: echo(line))
     reg.ping()
-    collected = catalog_mod.collect(reg, ns, say=lambda line: echo(line))
+    collected = catalog_mod.collect(reg, ns, say=lambda line: echo(line), trust=site.trust if site else None)
     written = page.write(out, collected)
     stacks = collected["data"]["stacks"]
     echo(f"ok: {out}/index.html: {len(stacks)} released stack(s) of {host}/{ns}, {len(written)} file(s)")
@@ -667,6 +668,8 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
         spec = load_spec(file, kinds=kinds or None)
         stack = select(spec, [target], False)[0]
         image = nodecheck.released_image(spec, stack) if from_log is None and squashfs is None else target
+        if from_log is None and squashfs is None and emit_k8s is None and emit_sbatch is None:
+            _provenance(spec, image)   # what is about to run on the node: its signatures first
         env = stack.runtime_env()
         framework = framework or nodecheck.framework_of(stack)
     else:
@@ -720,6 +723,59 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
                                                   for r in failed) + f" failed on {image}")
 
 
+def _provenance(spec: Spec, image: str) -> dict | None:
+    """Where the site signs (site.trust), the verified provenance of a released image, printed; a release
+    whose signatures do not hold is refused (exit 10) before anything runs it."""
+    if spec.site.trust is None:
+        return None
+    from builder.ship import trust
+    from builder.ship.registry import Ref, Registry
+    ref = Ref.parse(image)
+    reg = Registry(ref.registry)
+    digest = ref.digest or reg.manifest_digest(ref.repo, ref.reference)
+    if not digest:
+        raise trust.TrustError(f"{image} is not in the registry")
+    report = trust.verify_release(reg, spec.site.trust, ref.repo, digest)
+    for line in trust.provenance_lines(report):
+        echo(line)
+    return report
+
+
+@app.command()
+def verify(target: str = typer.Argument(..., help="stack=NAME (its released image) or an image reference "
+                                        "(REGISTRY/REPO:TAG or REGISTRY/REPO@DIGEST)."),
+           keys: Optional[List[Path]] = typer.Option(None, "--key", help="A trusted public key (PEM), instead of "
+                                                     "the stacks file's site.trust.keys: how a cluster node checks."),
+           file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt, as_json: bool = JsonOpt) -> None:
+    """Verify a released image's signed provenance: the release's attestation and each layer image's, by the
+    site's trusted keys, each naming the very bytes checked. Prints what built it, from which revision, and
+    what it passed. Exit 0 verified, 10 refused (the reason named)."""
+    from builder import nodecheck
+    from builder.ship import trust
+    from builder.ship.registry import Ref, Registry
+    json_mode("verify", as_json)
+    spec = load_spec(file, kinds=kinds or None) if (not keys or target.startswith("stack=")) else None
+    if keys:
+        settings = trust.keys_from_files(keys)
+    else:
+        settings = spec.site.trust
+        if settings is None:
+            raise SpecError("site.trust declares no keys: nothing this site releases is signed", file=str(file),
+                            key="site.trust", hint="declare the protected pipeline's keys (docs/trust.md), or give "
+                                                   "--key FILE.pub")
+    image = nodecheck.released_image(spec, select(spec, [target], False)[0]) if target.startswith("stack=") else target
+    ref = Ref.parse(image)
+    reg = Registry(ref.registry)
+    digest = ref.digest or reg.manifest_digest(ref.repo, ref.reference)
+    if not digest:
+        raise trust.TrustError(f"{image} is not in the registry")
+    report = trust.verify_release(reg, settings, ref.repo, digest)
+    for line in trust.provenance_lines(report):
+        echo(line)
+    echo(f"ok: verified {reg.host}/{ref.repo}@{digest} (key {report['signed_by']})")
+    reply(report)
+
+
 @app.command()
 def export(target: str = typer.Argument(..., help="stack=NAME (its released image) or an image reference by digest."),
            fmt: str = typer.Option("squashfs", "--format", help="squashfs: an Enroot / pyxis image."),
@@ -738,9 +794,10 @@ def export(target: str = typer.Argument(..., help="stack=NAME (its released imag
     if target.startswith("stack="):
         spec = load_spec(file, kinds=kinds or None)
         image = nodecheck.released_image(spec, select(spec, [target], False)[0])
+        provenance = _provenance(spec, image)
     else:
-        image = target
-    record = exporter.squashfs(image, out, say=lambda line: echo(line), platform=platform)
+        image, provenance = target, None
+    record = exporter.squashfs(image, out, say=lambda line: echo(line), platform=platform, provenance=provenance)
     echo(f"ok: {out} ({record['size'] / 1e9:.2f} GB, {record['sha256'][:19]}) from {image} in {record['seconds']} s")
     reply({"out": str(out), "image": image, "record": record})
 
@@ -943,6 +1000,7 @@ def main() -> None:
         sys.argv = [sys.argv[0], "--debug"] + [a for a in sys.argv[1:] if a != "--debug"]
     _polish()
     try:
+        auth_config_from_env()   # CI's $DOCKER_AUTH_CONFIG, for the registry client and the docker CLI alike
         code = app(standalone_mode=False)
     except ImgbuildError as exc:
         if STATE["debug"]:

@@ -77,8 +77,9 @@ def enroot_files(config: dict) -> dict[str, str]:
 
 
 def squashfs(image: str, out: Path, say: Callable[[str], None] = lambda line: None, insecure: bool = True,
-             platform: str | None = None) -> dict:
-    """Export `image` (a reference by digest: REGISTRY/REPO@sha256:...) to `out`. Returns the record.
+             platform: str | None = None, provenance: dict | None = None) -> dict:
+    """Export `image` (a reference by digest: REGISTRY/REPO@sha256:...) to `out`. Returns the record, which
+    carries `provenance` (builder.ship.trust.verify_release's, where the site signs) for whoever runs the file.
     platform: the entry of a release of several platforms (an index) to export; default this machine's,
     the node's (a Grace node exports linux/arm64). A single image is exported as it is."""
     platform = platform or plat.host()
@@ -122,6 +123,8 @@ def squashfs(image: str, out: Path, say: Callable[[str], None] = lambda line: No
                   "file": out.name, "sha256": "sha256:" + digest.hexdigest(), "size": part.stat().st_size,
                   "created": created, "mksquashfs_options": SQUASHFS_OPTIONS + ["-all-time", str(epoch)],
                   "seconds": round(time.time() - started, 1)}
+        if provenance is not None:
+            record["provenance"] = provenance
         os.replace(part, out)   # a half-written file never has the final name
     out.with_name(out.name + ".json").write_text(json.dumps(record, indent=1) + "\n")
     return record

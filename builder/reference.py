@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from builder.load import ciconf, k8sconf, retention
+from builder.load import ciconf, k8sconf, retention, trustconf
 from builder.load import spec as spec_mod
 from builder.load.params import TYPES
 
@@ -34,6 +34,14 @@ KEY_DOCS = {
         "retention": "What `imgbuild gc` keeps (below).",
         "k8s": "What `imgbuild node-check --emit-k8s` writes into Kubernetes manifests (below).",
         "ci": "How `imgbuild ci` writes pipelines (below).",
+        "trust": "Who may write proof: the protected pipeline's public keys and the staging namespace (below; docs/trust.md).",
+    },
+    "site.trust": {
+        "staging_namespace": "Where runs without the signing key (branches, merge requests) push layer images "
+                             "(default NAMESPACE-staging); they read site.namespace as a cache and release nothing.",
+        "staged_keys": "What the protected pipeline does with a key only staging holds: rebuild (the default and only choice).",
+        "keys": "[{id, public_key: FILE.pub or PEM, not_before: DATE, not_after: DATE}]: the keys whose signatures "
+                "promote and `imgbuild verify` accept, each in its period (several: rotation).",
     },
     "site.k8s": {
         "namespace": "The Kubernetes namespace of the check's Job, Service and ConfigMap (default: kubectl's current one).",
@@ -57,8 +65,14 @@ KEY_DOCS = {
                                 "images natively; without one they build on runner_tags under QEMU emulation.",
         "github_platform_runs_on": "GitHub: platform -> runs-on labels of runners of that CPU (as platform_runner_tags).",
         "github_environment": "The GitHub environment of release jobs (default imgbuild-release): protect it.",
+        "github_staging_environment": "GitHub: the environment of node and GPU jobs off the release branch where a "
+                                      "protected secret exists (default imgbuild-staging; never github_environment).",
+        "secrets": "ENV -> {from: CI secret name, reach: all|protected|release (default protected), file: bool}: which "
+                   "jobs get which CI secret under which name; names only (docs/ci.md, Secrets).",
         "github_actions": "Pins of the actions the workflow uses: {checkout|upload-artifact: {commit, repo, version}}.",
         "timeouts": "Job timeouts in minutes: build, cuda_build, gpu, release, review.",
+        "gpu_checks": "{waive: {STACK: REASON}}: stacks released with their GPU checks skipped, on purpose. Without it "
+                      "a stack with GPUs is released only where its GPU checks ran on one of them.",
     },
     "bases.NAME": {
         "image": "The image reference; `{registry}` stands for site.registry.",
@@ -90,7 +104,7 @@ KEY_DOCS = {
                      "linux/amd64), linux/amd64 without GPUs.",
     },
 }
-SECTIONS = {"top": spec_mod.TOP_KEYS, "site": spec_mod.SITE_KEYS, "site.ci": ciconf.KEYS, "site.retention": retention.KEYS, "site.k8s": k8sconf.KEYS,
+SECTIONS = {"top": spec_mod.TOP_KEYS, "site": spec_mod.SITE_KEYS, "site.ci": ciconf.KEYS, "site.trust": trustconf.KEYS, "site.retention": retention.KEYS, "site.k8s": k8sconf.KEYS,
             "bases.NAME": spec_mod.BASE_KEYS, "layers.NAME": spec_mod.LAYER_KEYS, "stacks.NAME": spec_mod.STACK_KEYS}
 
 

@@ -3,8 +3,9 @@
 collect() reads every stack repository of a namespace (NAMESPACE/STACK whose images imgbuild labelled)
 and, for each release (an image or an index some release tag names, newest first), what imgbuild stored
 beside it: the measured manifest of each layer image of its chain (versions, ds_report ops, the archs in
-the binaries, the checks and whether a GPU ran them), its SBOM, and the stack card promote wrote (GPUs,
-description, platforms, runtime environment). The newest release of a stack is compared with the one
+the binaries, the checks and which GPU ran them), its SBOM, and the stack card promote wrote (GPUs,
+description, platforms, runtime environment, and the site's reason where it released the stack with its GPU
+checks waived). The newest release of a stack is compared with the one
 before it by the image diff `imgbuild diff` computes. builder.catalog.page writes it as a static site.
 
 The data is checked against catalog.schema.json (shipped beside this module) before anything is written.
@@ -46,9 +47,17 @@ def _created(labels: dict) -> str | None:
     return value if isinstance(value, str) and value[:4].isdigit() else None
 
 
+def _text(value, limit: int = 200) -> str | None:
+    return str(value)[:limit] if isinstance(value, str) and value else None
+
+
+def _waiver(value) -> str | None:
+    return _text(value.strip() if isinstance(value, str) else value)
+
+
 class _Collector:
-    def __init__(self, reg: Registry, namespace: str, say: Callable[[str], None]):
-        self.reg, self.ns, self.say = reg, namespace, say
+    def __init__(self, reg: Registry, namespace: str, say: Callable[[str], None], trust=None):
+        self.reg, self.ns, self.say, self.trust = reg, namespace, say, trust
         self.sboms: dict = {}    # file name -> SBOM document (written by the page beside the JSON)
 
     def stacks(self) -> list:
@@ -118,8 +127,25 @@ class _Collector:
                "gpus": [str(g) for g in stack_card.get("gpus") or []] if stack_card else None,
                "description": str((stack_card or {}).get("description") or ""),
                "runtime_env": {str(k): str(v) for k, v in dict((stack_card or {}).get("runtime_env") or {}).items()},
+               # Why the site released it without GPU proof (site.ci.gpu_checks), from the stack card; None: not
+               # waived, or a card written before waivers were.
+               "gpu_checks_waived": _waiver((stack_card or {}).get("gpu_checks_waived")),
+               "provenance": self.provenance(repo, digest),
                "platforms": [self.platform(repo, p, i, full) for p, i in images.items()]}
         return out
+
+    def provenance(self, repo: str, digest: str) -> dict | None:
+        """Who signed the release (builder.ship.trust.verify_release, every signature checked), or why it does
+        not verify; None where the site does not sign (site.trust not given)."""
+        if self.trust is None:
+            return None
+        from builder.ship import trust
+        try:
+            found = trust.verify_release(self.reg, self.trust, repo, digest)
+        except trust.TrustError as exc:
+            return {"verified": False, "error": _text(exc.message, 300)}
+        return {"verified": True, "signed_by": _text(found["signed_by"]), "signed_at": _text(found["signed_at"]),
+                "builder": _text(found.get("builder")), "commit": _text((found.get("spec") or {}).get("commit"))}
 
     def card(self, repo: str, digest: str) -> dict | None:
         try:
@@ -159,6 +185,7 @@ class _Collector:
                        "gpu_checks": len(gpu_checks),
                        "gpu_checks_ran": sum(c.get("status") == "passed" for c in gpu_checks),
                        "validated_with_gpu": bool((recorded or {}).get("validated_with_gpu")),
+                       "gpu_model": _text((recorded or {}).get("gpu_model")),
                        "list": [{"id": str(c.get("id")), "status": str(c.get("status")), "gpu": bool(c.get("gpu"))}
                                 for c in checks] if full else []},
             "layers": [{k: layer[k] for k in ("layer", "kind", "key", "sources")} for layer in layers],
@@ -218,9 +245,10 @@ class _Collector:
         return out
 
 
-def collect(reg: Registry, namespace: str, say: Callable[[str], None] = lambda _: None) -> dict:
-    """The catalog's data: every released stack of the namespace, newest release first."""
-    collector = _Collector(reg, namespace, say)
+def collect(reg: Registry, namespace: str, say: Callable[[str], None] = lambda _: None, trust=None) -> dict:
+    """The catalog's data: every released stack of the namespace, newest release first. trust: the site's
+    site.trust, whose keys each release's provenance is verified against (None: not shown)."""
+    collector = _Collector(reg, namespace, say, trust)
     data = {"schema": SCHEMA_ID, "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "registry": reg.host, "namespace": namespace, "stacks": collector.stacks()}
     check(data)

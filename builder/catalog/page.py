@@ -124,7 +124,8 @@ def _attrs(stack: dict) -> str:
     text = " ".join([stack["name"], r["description"], *r["tags"], *(r["gpus"] or []), r["digest"],
                      *[f"{k} {v}" for p in r["platforms"] for k, v in p["versions"].items()],
                      *[p["platform"] for p in r["platforms"]], *[o for p in r["platforms"] for o in p["deepspeed_ops_prebuilt"]],
-                     *[FRAMEWORKS.get(f, f) for f in _frameworks(r)]]).lower()
+                     *[FRAMEWORKS.get(f, f) for f in _frameworks(r)],
+                     *([waived_text(r)] if r.get("gpu_checks_waived") else [])]).lower()
     return (f'data-stack="{e(stack["name"])}" data-gpus="{e(_words(r["gpus"] or []))}" '
             f'data-fw="{e(" ".join(sorted(_frameworks(r))))}" '
             f'data-platforms="{e(" ".join(p["platform"] for p in r["platforms"]))}" data-text="{e(text)}"')
@@ -136,13 +137,31 @@ def _summary(stacks: list) -> str:
         r = s["releases"][0]
         v = r["platforms"][0]["versions"]
         rows.append(f'<tr {_attrs(s)}><td><a href="#stack-{e(s["name"])}">{e(s["name"])}</a></td>'
-                    f'<td>{e(", ".join(r["gpus"] or []) or "-")}</td>'
+                    f'<td>{e(", ".join(r["gpus"] or []) or "-")}'
+                    + (' <span class="bad">(GPU checks waived)</span>' if r.get("gpu_checks_waived") else "") + '</td>'
                     f'<td>{e(v.get("torch", "-"))}</td><td>{e(v.get("cuda", "-"))}</td>'
                     f'<td>{e(v.get("deepspeed", "-"))}</td><td>{e(", ".join(p["platform"] for p in r["platforms"]))}</td>'
                     f'<td>{e((r["created"] or "-")[:10])}</td></tr>')
     return ('<div class="scroll"><table id="summary"><thead><tr><th>stack</th><th>GPUs</th><th>torch</th><th>CUDA</th>'
             '<th>DeepSpeed</th><th>platforms</th><th>built</th></tr></thead><tbody>' + "".join(rows)
             + "</tbody></table></div>")
+
+
+def _provenance(found: dict | None) -> str:
+    """The release's verified signature (docs/trust.md), or why it does not verify; nothing where the site
+    does not sign."""
+    if found is None:
+        return ""
+    if not found.get("verified"):
+        return f'<dt>provenance</dt><dd class="bad">NOT VERIFIED: {e(found.get("error") or "")}</dd>'
+    commit = f", commit {found['commit'][:12]}" if found.get("commit") else ""
+    return (f"<dt>provenance</dt><dd>signed by key {e(found.get('signed_by') or '')} at {e(found.get('signed_at') or '')}"
+            f"{e(commit)}</dd>")
+
+
+def waived_text(release: dict) -> str:
+    """What a reader of the catalog sees of a release made without GPU proof (site.ci.gpu_checks)."""
+    return f"GPU checks waived: {release['gpu_checks_waived']}"
 
 
 def _stack(stack: dict, script) -> str:
@@ -161,7 +180,9 @@ def _stack(stack: dict, script) -> str:
                  f"<dt>image</dt><dd class=\"mono\">{e(by_tag)}</dd>"
                  f"<dt>built</dt><dd>{e(r['created'] or '-')}</dd>"
                  f"<dt>GPUs</dt><dd>{e(gpus)}</dd>"
-                 f"<dt>platforms</dt><dd>{e(', '.join(p['platform'] for p in r['platforms']))}</dd></dl>")
+                 + (f'<dt>GPU checks</dt><dd class="bad">{e(waived_text(r))}</dd>' if r.get("gpu_checks_waived") else "")
+                 + _provenance(r.get("provenance"))
+                 + f"<dt>platforms</dt><dd>{e(', '.join(p['platform'] for p in r['platforms']))}</dd></dl>")
     for p in r["platforms"]:
         parts.append(_platform(p, len(r["platforms"]) > 1))
     parts.append(_changes(r))
@@ -204,7 +225,8 @@ def _platform(p: dict, several: bool) -> str:
                    f'<div class="scroll"><table><tbody>{items}</tbody></table></div></details>')
     c = p["checks"]
     state = "bad" if c["failed"] else "ok"
-    gpu = (f"{c['gpu_checks_ran']} of {c['gpu_checks']} GPU checks ran on a GPU" if c["validated_with_gpu"]
+    on = f" ({c['gpu_model']})" if c.get("gpu_model") else ""
+    gpu = (f"{c['gpu_checks_ran']} of {c['gpu_checks']} GPU checks ran on a GPU{on}" if c["validated_with_gpu"]
            else f"{c['gpu_checks']} GPU check(s) skipped: validated on a machine without a GPU" if c["gpu_checks"]
            else "no GPU checks")
     out.append(f'<p class="{state}">Checks: {c["passed"]} passed, {c["failed"]} failed, {c["skipped"]} skipped; {e(gpu)}.</p>')

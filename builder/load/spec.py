@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core import catalog
 from builder.core import platforms
-from builder.load import ciconf, k8sconf, retention, versions
+from builder.load import ciconf, k8sconf, retention, trustconf, versions
 from builder.load.ciconf import CiSettings
 from builder.errors import SpecError, SpecErrors
 from builder.load.kinds import FAMILIES, NGC_FAMILIES, Kind, load_kinds
@@ -44,7 +44,7 @@ DRIVER = re.compile(r"^[0-9]{3}(?:\.[0-9]{1,3}){0,2}\Z")  # an NVIDIA Linux driv
 DEFAULT_TAGS = ("{stack}", "{stack}-{date}")
 SECTIONS = {"layers": ("base", "layer"), "projects": ("project",), "runtimes": ("runtime",)}
 TOP_KEYS = {"version", "site", "bases", "layers", "projects", "runtimes", "stacks"}
-SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "epoch", "retention", "k8s", "ci"}
+SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "epoch", "retention", "k8s", "ci", "trust"}
 BASE_KEYS = {"image", "digest", "family", "provides", "source", "description"}
 LAYER_KEYS = {"kind", "params", "description"}
 STACK_KEYS = {"extends", "description", "base", "layers", "project", "runtime", "above", "gpus", "tags",
@@ -68,6 +68,8 @@ class Site:
     retention: retention.Retention = retention.Retention()   # what `imgbuild gc` keeps
     k8s: k8sconf.K8sSettings = k8sconf.K8sSettings()       # what node-check --emit-k8s writes
     ci: CiSettings = CiSettings()
+    # Who may write proof (builder.load.trustconf); None: nothing is signed, one namespace holds all.
+    trust: trustconf.TrustSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -451,7 +453,7 @@ class _Loader:
                     driver_floor=self.driver(("site", "driver_floor"), raw.get("driver_floor")),
                     epoch=self.epoch(("site", "epoch"), raw.get("epoch")),
                     retention=retention.parse(self, raw.get("retention")), k8s=k8sconf.parse(self, raw.get("k8s")),
-                    ci=ciconf.parse(self, raw.get("ci")))
+                    ci=ciconf.parse(self, raw.get("ci")), trust=trustconf.parse(self, raw.get("trust"), namespace))
 
     def epoch(self, path: tuple, value: Any) -> str | None:
         """A whole number or a short word (2, 2026-12, a date): kept as text, so that 2 and "2" are one epoch."""

@@ -2,8 +2,10 @@
 
     NAMESPACE/layers/LAYER:KEY                   a layer image, tagged by its content key
     NAMESPACE/layers/LAYER:sha256-HEX.imgbuild   the measured manifest of that image (an OCI artifact)
+    NAMESPACE/layers/LAYER:sha256-HEX.att        the signed provenance of that image (site.trust: builder.ship.trust)
     NAMESPACE/layers/LAYER:KEY.pending-ID        an image staged by one run before its key tag names it
     NAMESPACE/STACK:TAG                          a stack's release tags (copies of its top layer image)
+    NAMESPACE/STACK:sha256-HEX.att               the signed provenance of a release (site.trust)
     NAMESPACE/STACK:imgbuild-release-HASH        which release (serial) last moved TAG (an OCI artifact)
     NAMESPACE/STACK:sha256-HEX.sbom              the SBOM of a released image (also beside a layer image)
     NAMESPACE/imgbuild-leases:lease-RUN          the keys a running build or release may still need (gc keeps them)
@@ -37,6 +39,11 @@ def artifact_tag(image_digest: str) -> str:
     return image_digest.replace(":", "-") + ".imgbuild"
 
 
+def attestation_tag(image_digest: str) -> str:
+    """The tag of the signed attestation (a DSSE envelope) stored beside an image or release."""
+    return image_digest.replace(":", "-") + ".att"
+
+
 def release_record_tag(tag: str) -> str:
     """The tag of the record saying which release last moved `tag` (hashed: a tag may be 128 long)."""
     import hashlib
@@ -67,4 +74,4 @@ def parent_of(labels: dict) -> tuple[str, str] | None:
     return (repo, tag) if repo else None
 
 
-__all__ = ["layer_repo", "lease_repo", "parent_of", "release_repo", "artifact_tag", "layer_of_release", "release_record_tag"]
+__all__ = ["layer_repo", "lease_repo", "parent_of", "release_repo", "artifact_tag", "attestation_tag", "layer_of_release", "release_record_tag"]

@@ -52,7 +52,7 @@ INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docke
 IMAGE_CONFIGS = ("application/vnd.oci.image.config.v1+json", "application/vnd.docker.container.image.v1+json")
 KEY_TAG = re.compile(rf"^[0-9a-f]{{{KEY_LEN}}}\Z")
 PENDING_TAG = re.compile(rf"^([0-9a-f]{{{KEY_LEN}}})\.pending-[0-9a-f]+\Z")
-BESIDE_TAG = re.compile(r"^(sha256)-([0-9a-f]{64})\.(imgbuild|sbom|stack)\Z")   # measured manifest, SBOM, stack card
+BESIDE_TAG = re.compile(r"^(sha256)-([0-9a-f]{64})\.(imgbuild|sbom|stack|att)\Z")   # measured manifest, SBOM, stack card, attestation
 RECORD_TAG = re.compile(r"^imgbuild-release-[0-9a-f]{24}\Z")
 DAY = 86400.0
 

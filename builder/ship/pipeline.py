@@ -28,12 +28,12 @@ from builder.ship.engines import PlatformEngine, engines
 from builder.errors import ImgbuildError, RegistryError, SourceError, SpecError, ValidationFailed
 from builder.ship.hostconf import HostConf
 from builder.ship.progress import Progress, env_progress
-from builder.ship.manifest import build_manifest, fetch_manifest, push_manifest, verdict
+from builder.ship.manifest import build_manifest, push_manifest
 from builder.plan.layout import layer_repo, pending_tag
-from builder.plan.keys import KEY_LEN, Node, Plan, file_refs, image_ref, sha256
+from builder.plan.keys import KEY_LEN, Node, Plan, file_refs, sha256
 from builder.rules.review import gate
 from builder.ship.publish import PublishError, promote, release_serial
-from builder.ship import leases
+from builder.ship import leases, trust
 from builder.ship.registry import Registry
 from builder.plan.render import download_path, input_path
 from builder.ship.schedule import Handoff, schedule
@@ -163,9 +163,21 @@ class Builder:
         self.engines: dict = {}
         self.run_dir = state_dir() / "runs" / self.run_id
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        # Where this run writes and what it may sign (site.trust): the release namespace and its signing key
+        # for the protected pipeline, the staging namespace for everyone else.
+        self.zone = trust.zone(spec)
+        self.source: dict = {}           # key -> the repository its image was found in, where not self.repo's
 
     def repo(self, node: Node) -> str:
-        return layer_repo(self.spec.site.namespace, node.name)
+        """The repository this run writes a node's image to (its zone's namespace)."""
+        return layer_repo(self.zone.namespace, node.name)
+
+    def where(self, node: Node) -> str:
+        """The repository a node's image is in: a staging run reuses the release namespace's images."""
+        return self.source.get(node.key, self.repo(node))
+
+    def proven(self, repo: str, node: Node, digest: str) -> str | None:
+        return trust.proven(self.registry, self.zone, repo, node, digest, self.gpu)
 
     def on(self, node: Node) -> PlatformEngine:
         """The engine that builds and checks a node, and whether it emulates the node's platform."""
@@ -174,11 +186,30 @@ class Builder:
     def lookup(self, node: Node) -> tuple[str, str | None, str | None]:
         """(action, digest, why): reuse an image whose stored manifest proves it passed this node's checks,
         revalidate one that is there without that proof (and say why), or build one that is absent."""
-        digest = self.registry.manifest_digest(self.repo(node), node.short)
+        if self.zone.name == "staging":
+            # The release namespace is staging's cache: an image the protected pipeline vouches for is reused
+            # (read, never written); anything else is built again here.
+            released = layer_repo(self.zone.release_namespace, node.name)
+            digest = self.registry.manifest_digest(released, node.short)
+            if digest and self.proven(released, node, digest) is None:
+                self.source[node.key] = released
+                return "reuse", digest, None
+        repo = self.repo(node)
+        digest = self.registry.manifest_digest(repo, node.short)
         if not digest:
             return "build", None, None
-        why = verdict(fetch_manifest(self.registry, self.repo(node), digest), node, digest, self.gpu)
-        return ("reuse", digest, None) if why is None else ("revalidate", digest, why)
+        why = self.proven(repo, node, digest)
+        if why is None:
+            return "reuse", digest, None
+        if trust.signed_here(self.zone, repo):
+            untrusted, _ = trust.vouched(self.registry, self.zone, repo, node, digest)
+            if untrusted:
+                # Bytes nobody trusted wrote (a branch's job, a registry writer): validating them again would
+                # sign whatever they hold. They are built again from the reviewed spec, and the key tag moves.
+                self.say(f"{node.name} ({node.short[:12]}): the key names {digest[:19]}, which the protected "
+                         f"pipeline does not vouch for ({untrusted}); building it again")
+                return "build", None, None
+        return "revalidate", digest, why
 
     def labels(self, plan: Plan, node: Node, parent_ref: str) -> dict:
         root = node_root(plan, node)
@@ -203,7 +234,7 @@ class Builder:
         checks; nothing is released. jobs: how many independent nodes are built at once on the engine.
         The run holds a lease on its plan's keys from before its first lookup to its end (builder.ship.leases):
         `imgbuild gc` keeps them meanwhile."""
-        with leases.held(self.registry, self.spec.site.namespace, f"{self.run_id}-{self.stage_id}",
+        with leases.held(self.registry, self.zone.namespace, f"{self.run_id}-{self.stage_id}",
                          {n.short: n.name for n in plan.nodes.values()}, self.say):
             return self._run(plan, stacks, date, only, jobs)
 
@@ -258,6 +289,9 @@ class Builder:
         # moves no tag, and does not hold back the others.
         good = [name for name in stacks if not failed & set(plan.stacks[name])] if only is None else []
         held = release_refusal(self.spec.site.ci, os.environ) if good else None
+        if good and not held and self.zone.name == "staging":
+            held = (f"this run holds no signing key, so it is in the staging zone ({self.zone.namespace}); only the "
+                    "protected pipeline releases")
         if held:
             # A branch's CI job builds and validates like the release branch's, and moves no tag.
             self.say(f"release: not here: {held}; built and validated, no tag was moved")
@@ -265,7 +299,7 @@ class Builder:
         if good:
             # promote reads every node's recorded results again: it trusts the registry, not this loop.
             report.tags = promote(self.spec, self.registry, plan, good, date, self.say, expected=digests,
-                                  serial=release_serial(self.spec))
+                                  serial=release_serial(self.spec), zone=self.zone)
         if failed:
             bad = [name for name in stacks if failed & set(plan.stacks[name])]
             report.error = (f"{len(failed)} layer image(s) failed or were blocked; no tag of "
@@ -414,7 +448,7 @@ class Builder:
             return node.base_ref
         up = handoffs.get(node.parent)
         digest = up.result.digest if up is not None and up.result is not None else digests[node.parent]
-        return f"{self.spec.site.registry}/{self.repo(plan.nodes[node.parent])}@{digest}"
+        return f"{self.spec.site.registry}/{self.where(plan.nodes[node.parent])}@{digest}"
 
     def label(self, node: Node) -> str:
         """How the shown log names a node at work: its layer, with its key where two nodes bear that name."""
@@ -486,15 +520,15 @@ class Builder:
             return other, False
         # The engine keeps the image under its key, as `docker build -t` and push would: a later build on
         # this runner (a pin change above it) starts from it instead of pulling gigabytes back.
-        engine.tag(local, image_ref(self.spec, node))
-        self.say(f"{prefix}: pushed {image_ref(self.spec, node)} ({digest[:19]})")
+        mine = f"{self.spec.site.registry}/{repo}:{node.short}"
+        engine.tag(local, mine)
+        self.say(f"{prefix}: pushed {mine} ({digest[:19]})")
         return digest, True
 
     def other_builders_image(self, node: Node, mine: str) -> str | None:
         """The digest the key names when that is not `mine` but another image with passing proof."""
         current = self.registry.manifest_digest(self.repo(node), node.short)
-        if current and current != mine and verdict(fetch_manifest(self.registry, self.repo(node), current), node,
-                                                   current, self.gpu) is None:
+        if current and current != mine and self.proven(self.repo(node), node, current) is None:
             return current
         return None
 
@@ -521,6 +555,11 @@ class Builder:
         passed = manifest["outcome"] == "passed" and digest is not None
         if passed:
             push_manifest(self.registry, self.repo(node), manifest)
+            # The manifest as a reader will see it (JSON types), so the signed hash is the one read back.
+            stored = json.loads(json.dumps(manifest))
+            if trust.attest_layer(self.registry, self.spec, self.zone, self.repo(node), node, digest, stored,
+                                  engine=f"{self.engine.cli} ({self.engine.mode})"):
+                self.say(f"{node.name} ({node.short[:12]}): provenance signed with key {self.zone.signing.key_id}")
         (self.run_dir / "manifests").mkdir(exist_ok=True)
         name = f"{node.name}-{node.short[:12]}" + ("" if passed else ".failed")
         (self.run_dir / "manifests" / f"{name}.json").write_text(json.dumps(manifest, indent=1))
@@ -586,9 +625,11 @@ def release(prepared, say: Say, date: str | None = None, require_gpu: bool = Fal
     registry = Registry(spec.site.registry, on_retry=say)
     registry.ping()
     registry.retries = True
+    zone = trust.zone(spec)
     with leases.held(registry, spec.site.namespace, f"release-{secrets.token_hex(6)}",
                      {n.short: n.name for n in plan.nodes.values()}, say):
-        return promote(spec, registry, plan, stacks, date, say, serial=release_serial(spec), gpu=require_gpu)
+        return promote(spec, registry, plan, stacks, date, say, serial=release_serial(spec), gpu=require_gpu,
+                       zone=zone)
 
 
 class ChecksFailed(ValidationFailed):
@@ -625,6 +666,7 @@ def validate(prepared, stacks: list, images: list[str], say: Say, docker: str | 
     engine = Engine.detect(docker)
     registry = Registry(spec.site.registry)
     gpu = engine.has_gpu() if gpu is None else gpu
+    builder = Builder(spec, engine, registry, HostConf.from_env(), say, gpu=gpu)
     targets: list[tuple[str, Node]] = []
     if stacks:
         plan = prepared.require(stacks)
@@ -634,10 +676,10 @@ def validate(prepared, stacks: list, images: list[str], say: Say, docker: str | 
                 raise ValidationFailed(f"stack {name!r} is not built for {platform} (its platforms: "
                                        f"{', '.join(tops)})")
             for node in [tops[platform]] if platform else tops.values():   # each platform's image of a release
-                repo = layer_repo(spec.site.namespace, node.name)
+                repo = builder.repo(node)   # this run's zone: results are recorded beside the image it read
                 digest = registry.manifest_digest(repo, node.short)
                 if not digest:
-                    raise ValidationFailed(f"stack {name!r}: its {node.platform} image {image_ref(spec, node)} is not "
+                    raise ValidationFailed(f"stack {name!r}: its {node.platform} image {registry.host}/{repo}:{node.short} is not "
                                            "in the registry", hint=f"build it: imgbuild build stack={name}")
                 targets.append((f"{spec.site.registry}/{repo}@{digest}", node))
     if images:
@@ -653,7 +695,6 @@ def validate(prepared, stacks: list, images: list[str], say: Say, docker: str | 
                                        f"{'missing' if not key else key[:KEY_LEN] + ' matches no layer of the spec'})")
             targets.append((ref, by_key[key]))
     ok = True
-    builder = Builder(spec, engine, registry, HostConf.from_env(), say, gpu=gpu)
     builder.engines = engines(engine, dict.fromkeys(node.platform for _, node in targets), say=say)
     for ref, node in targets:
         on = builder.on(node)

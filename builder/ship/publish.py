@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Callable
 
 from builder.errors import ImgbuildError
-from builder.ship.manifest import fetch_manifest, verdict
+from builder.ship.manifest import fetch_manifest
 from builder.plan.layout import layer_repo, release_record_tag, release_repo
-from builder.ship import card, sbom
+from builder.ship import card, gpuproof, sbom, trust
 from builder.plan.keys import Plan
 from builder.core import platforms as plat
 from builder.ship import oci
@@ -89,7 +89,7 @@ def _record_release(reg: Registry, repo: str, tag: str, digest: str, serial: int
 
 def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str | None,
             say: Callable[[str], None], expected: dict | None = None, serial: int | None = None,
-            gpu: bool = False) -> dict:
+            gpu: bool = False, zone: "trust.Zone | None" = None) -> dict:
     """Move the release tags of `stacks`, or none of them.
 
     Whatever the caller believes, every node of every stack is read back from the registry first: its
@@ -98,10 +98,23 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
     validated another image of the same key (`expected`: a racing builder's PUT came later), the key's
     image is released only on its own proof. Any doubt about any node refuses the whole promotion
     before the first tag moves.
+
+    Where the site signs (site.trust), only the protected pipeline releases (zone: its signing key), every
+    node's proof must carry an attestation by a key of site.trust.keys valid now (builder.ship.trust), and
+    the release itself is signed before any tag names it.
     """
     refusal = release_refusal(spec.site.ci, os.environ)
     if refusal:
         raise PublishError(f"release refused: {refusal}; no tag was moved")
+    zone = zone or trust.zone(spec)
+    if zone.signed and zone.signing is None:
+        raise PublishError("release refused: this run holds no signing key (the staging zone); only the protected "
+                           "pipeline, which holds one of site.trust.keys, releases; no tag was moved",
+                           hint=f"give the release job ${trust.KEY_ENV} or ${trust.KEY_FILE_ENV}: docs/trust.md")
+    if not zone.signed:
+        say("release: unsigned (site.trust is not declared: anyone who can write to the registry can write proof)")
+    at = trust.now()
+    attested: dict = {}   # stack -> [(node, repo, digest, attestation digest)]
     date = date or time.strftime("%Y.%m.%d", time.gmtime())
     problems: list[str] = []
     tops: dict = {}   # stack -> {platform: (repo, digest, recorded manifest)}
@@ -117,7 +130,11 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
                 problems.append(f"{name}: {node.name} ({node.short[:12]}){on} is not in the registry")
                 continue
             recorded = fetch_manifest(reg, repo, digest)
-            why = verdict(recorded, node, digest, gpu)   # gpu: a GPU check recorded as skipped is no proof
+            att: list = []
+            # gpu: a GPU check recorded as skipped is no proof; a signing site: nor is an unsigned manifest
+            why = trust.proven(reg, zone, repo, node, digest, gpu, at=at, attestation=att, recorded=recorded)
+            why = why or gpuproof.unproven(spec, name, node, recorded)   # GPU stack: ran on one of its GPUs
+            attested.setdefault(name, []).append((node, repo, digest, att[0] if att else None))
             mine = (expected or {}).get(node.key, digest)
             if why and mine != digest:
                 problems.append(f"{name}: {node.name} ({node.short[:12]}){on} is {digest[:19]} in the registry, "
@@ -166,6 +183,10 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
             digest = digest_of(body)
         # What the stack declared (its GPUs, platforms, chains), beside the release, before a tag names it.
         card.write(reg, dst_repo, digest, card.card(spec, plan, name))
+        if zone.signing is not None:
+            statement = trust.release_statement(spec, name, dst_repo, digest, tags, attested[name], zone)
+            trust.store(reg, dst_repo, digest, trust.sign(zone.signing, statement), subject=(media_type, body))
+            say(f"release {name}: provenance signed with key {zone.signing.key_id}")
         for tag in tags:
             moves.append((name, dst_repo, tag, body, media_type, digest))
     moved: dict = {}

@@ -115,6 +115,31 @@ class Ref:
         return f"{self.registry}/{self.repo}" + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
 
 
+def auth_config_from_env(env=None) -> Path | None:
+    """CI hands registry credentials as $DOCKER_AUTH_CONFIG (the text of a Docker config.json: GitLab's own
+    name for it). imgbuild's registry client and the docker CLI it runs both read $DOCKER_CONFIG, so the text
+    is written once into a private folder (0700, removed when the process ends) and $DOCKER_CONFIG points
+    there. Where $DOCKER_CONFIG is already set, the runner's own setting wins. Returns the folder, or None."""
+    env = os.environ if env is None else env
+    text = env.get("DOCKER_AUTH_CONFIG", "").strip()
+    if not text or env.get("DOCKER_CONFIG"):
+        return None
+    try:
+        if not isinstance(json.loads(text), dict):
+            raise ValueError
+    except ValueError:
+        # The value is a secret: never quoted.
+        raise RegistryError("$DOCKER_AUTH_CONFIG is not a Docker config.json (a JSON object with \"auths\")") from None
+    import atexit
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="imgbuild-auth-"))
+    (folder / "config.json").write_text(text)
+    os.chmod(folder / "config.json", 0o600)
+    atexit.register(lambda: __import__("shutil").rmtree(folder, ignore_errors=True))
+    env["DOCKER_CONFIG"] = str(folder)
+    return folder
+
+
 def docker_credentials(registry: str) -> tuple[str, str] | None:
     """Username and secret for a registry from the Docker credential store, or None."""
     config = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
