@@ -29,6 +29,7 @@ import yaml
 from builder.errors import SpecError
 from builder.core import platforms as plat
 from builder.plan.keys import Node, Plan
+from builder.load import ciconf
 from builder.load.spec import Spec, Stack
 from builder.core import catalog
 from builder.ship import gpuproof
@@ -476,6 +477,13 @@ def generate(prepared, system: str, *, imgbuild: str = "imgbuild", common: tuple
     if "--offline" in regenerate:
         raise ValueError("the self-check regenerates online: --offline never reaches it")
     pipe = pipeline(spec, plan, list(prepared.stacks), system, common)
+    if spec.site.trust is None:
+        pipe.notes.append("site.trust is not declared: nothing is signed, and any job that can write to "
+                          f"{spec.site.registry}/{spec.site.namespace} can write what a release names (docs/trust.md)")
+    elif not any(s.env in ciconf.SIGNING_ENV and s.reach != "all" for s in spec.site.ci.secrets):
+        pipe.notes.append("site.trust is declared but site.ci.secrets maps no signing key (IMGBUILD_SIGNING_KEY or "
+                          "IMGBUILD_SIGNING_KEY_FILE, reach protected): unless the release branch's runners set it "
+                          "themselves, its jobs run in the staging zone and every release is refused")
     text = gitlab(spec, pipe, imgbuild) if system == "gitlab" else \
         github(spec, pipe, imgbuild, regenerate, workflow, common)
     # What the file says of itself before its first job (the offline mark stays its first line): the stacks it

@@ -191,6 +191,11 @@ def test_a_forged_proof_is_never_released(repo):
         proc = imgbuild(repo["work"], "verify", "stack=demo", "-f", str(repo["path"] / "stacks.yaml"))
         assert proc.returncode == 0 and "signed by key ci-test" in proc.stdout, proc.stdout + proc.stderr
         released_before = released
+    # The signing key travelled as a file's path: its text is in no pipeline's log (the control: it is in the file).
+    secret = repo["signing_key"].read_text().splitlines()[1]
+    assert secret and secret in repo["signing_key"].read_text()
+    for log in repo["work"].glob("pipeline-*.log"):
+        assert secret not in log.read_text(), log
     repo["forged"], repo["released"], repo["key"] = forged, released_before, key
 
 
@@ -203,8 +208,8 @@ def test_a_copied_attestation_beside_forged_bytes_is_refused_by_release(repo):
     short = repo["key"]
     good = reg.manifest_digest(layer, short)
     forged = repo["forged"]
-    body = reg.manifest_bytes(layer, forged, "application/vnd.docker.distribution.manifest.v2+json")
     found = reg.get_manifest(layer, forged)
+    body = reg.manifest_bytes(layer, forged, found[1])
     att = reg.get_manifest(layer, good.replace(":", "-") + ".att")
     att_body = reg.manifest_bytes(layer, att[2], att[1])
     try:

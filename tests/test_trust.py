@@ -422,3 +422,21 @@ def test_the_catalog_shows_each_release_verified_or_why_not(world, tmp_path, mon
     assert release["provenance"] == {"verified": False, "error": release["provenance"]["error"]}
     assert "no attestation is stored beside it" in release["provenance"]["error"]
     assert "NOT VERIFIED" in _provenance(release["provenance"])
+
+
+def test_ci_says_where_a_signing_site_gives_its_pipeline_no_key(tmp_path, cli):
+    """A site that signs but maps no signing key to the release branch's jobs would refuse every release: ci
+    says so; with the key mapped (reach protected) it does not; a site that does not sign is told it is unsigned."""
+    from test_ci_policy import BY_GENERATION, generate
+    key = {"IMGBUILD_SIGNING_KEY_FILE": {"from": "SIGNING_KEY", "reach": "protected", "file": True}}
+    for ci, trusts, said in ((BY_GENERATION, True, "maps no signing key"),
+                             (dict(BY_GENERATION, secrets=key), True, None),
+                             (BY_GENERATION, False, "site.trust is not declared: nothing is signed")):
+        data = shipped_data()
+        data["site"]["ci"] = ci
+        if trusts:
+            data["site"]["trust"] = {"keys": [entry("ci-2026")]}
+        file = write_stacks(tmp_path / f"ci-{len(str(ci))}-{trusts}", data)
+        _, _, err = generate(cli, "gitlab", file)
+        for text in ("maps no signing key", "site.trust is not declared"):
+            assert (text in err) == (said is not None and text in said), (ci, trusts, err)
