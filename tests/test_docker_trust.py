@@ -122,6 +122,8 @@ def repo(tmp_path_factory) -> dict:
     (path / "trust" / "ci-test.pub").write_text(public)
     (path / ".gitignore").write_text(".gitlab-ci-local/\n")
     out = {"path": path, "work": work, "signing_key": private}
+    git(out, "add", "-A")
+    git(out, "commit", "-q", "-m", "the site's public key")
     return out
 
 

@@ -590,6 +590,8 @@ def build(prepared, say: Say, docker: str | None = None, date: str | None = None
     host = engine.env.get("DOCKER_HOST")   # which daemon, when it is not the default one
     say(f"engine: {engine.cli}{f' at {host}' if host else ''} ({'buildx' if engine.mode == 'buildx' else 'built-in BuildKit'}); registry "
         f"{spec.site.registry}; GPU for checks: {'yes' if builder.gpu else 'no (GPU checks are skipped)'}")
+    if builder.zone.name != "open":
+        say(builder.zone.describe())   # where this run writes, and whether it signs (site.trust)
     wanted = [p for p in dict.fromkeys(n.platform for n in plan.nodes.values())]
     builder.engines = engines(engine, wanted, say=say)
     report = builder.run(plan, stacks, date, only=node, jobs=jobs)
