@@ -229,3 +229,31 @@ def test_a_copied_attestation_beside_forged_bytes_is_refused_by_release(repo):
     # The control: put back, the same release verifies again.
     proc = imgbuild(repo["work"], "verify", "stack=demo", "-f", str(repo["path"] / "stacks.yaml"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_export_verifies_first_and_keeps_the_provenance_beside_the_file(repo, tmp_path):
+    """What a cluster runs is checked before it is written: export of the signed release prints its provenance
+    and keeps it in the record beside the squashfs; with a stacks file that trusts another key, nothing is
+    written (exit 10)."""
+    assert repo.get("released"), "needs the pipelines"
+    stacks = repo["path"] / "stacks.yaml"
+    out = tmp_path / "demo.sqsh"
+    proc = imgbuild(repo["work"], "export", "stack=demo", "-o", str(out), "-f", str(stacks), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "signed by key ci-test" in proc.stdout, proc.stdout
+    record = json.loads(out.with_name(out.name + ".json").read_text())
+    assert record["source_digest"] == repo["released"]
+    assert record["provenance"]["signed_by"] == "ci-test" and record["provenance"]["stack"] == "demo"
+    # The same release, read by a site whose stacks file trusts another key.
+    _, other = keypair(tmp_path)
+    (repo["path"] / "trust" / "other.pub").write_text(other)
+    data = yaml.safe_load(stacks.read_text())
+    data["site"]["trust"]["keys"][0]["public_key"] = "trust/other.pub"
+    stranger = repo["path"] / "stranger.yaml"
+    stranger.write_text(yaml.safe_dump(data, sort_keys=False))
+    refused = tmp_path / "refused.sqsh"
+    for _ in range(2):
+        proc = imgbuild(repo["work"], "export", "stack=demo", "-o", str(refused), "-f", str(stranger), timeout=900)
+        assert proc.returncode == 10, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "its signature does not verify with key ci-test" in proc.stderr, proc.stderr
+        assert not refused.exists() and not refused.with_name(refused.name + ".json").exists()
