@@ -440,3 +440,12 @@ def test_ci_says_where_a_signing_site_gives_its_pipeline_no_key(tmp_path, cli):
         _, _, err = generate(cli, "gitlab", file)
         for text in ("maps no signing key", "site.trust is not declared"):
             assert (text in err) == (said is not None and text in said), (ci, trusts, err)
+
+
+def test_the_spec_revision_names_the_stacks_file_and_its_lock(tmp_path):
+    from builder.core.lockfile import lock_path
+    spec = signing_spec(tmp_path, "rev")
+    assert "lock_sha256" not in trust.spec_revision(spec, env={"CI_COMMIT_SHA": "a" * 40})
+    lock_path(spec.file).write_text("version: 1\n")
+    found = trust.spec_revision(spec, env={"CI_COMMIT_SHA": "b" * 40})
+    assert found["commit"] == "b" * 40 and len(found["lock_sha256"]) == 64 and found["file"] == "stacks.yaml"

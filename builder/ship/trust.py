@@ -188,9 +188,20 @@ def manifest_sha256(recorded: dict) -> str:
     return hashlib.sha256(canonical(recorded)).hexdigest()
 
 
+_REVISIONS: dict = {}   # (stacks file, its mtime, CI commit) -> spec_revision: asked once per run, not per layer
+
+
 def spec_revision(spec, env=None) -> dict:
-    """Which revision of the stacks file built this: the CI system's commit, else git's HEAD (dirty said)."""
+    """Which revision of the stacks file built this: the CI system's commit, else git's HEAD."""
     env = os.environ if env is None else env
+    file = Path(spec.file)
+    memo = (str(file.resolve()), file.stat().st_mtime_ns, env.get("CI_COMMIT_SHA") or env.get("GITHUB_SHA"))
+    if memo not in _REVISIONS:
+        _REVISIONS[memo] = _revision(spec, env)
+    return dict(_REVISIONS[memo])
+
+
+def _revision(spec, env) -> dict:
     out = {"file": Path(spec.file).name, "sha256": hashlib.sha256(Path(spec.file).read_bytes()).hexdigest()}
     commit = env.get("CI_COMMIT_SHA") or env.get("GITHUB_SHA")
     if not commit:
@@ -202,7 +213,8 @@ def spec_revision(spec, env=None) -> dict:
             commit = ""
     if commit:
         out["commit"] = commit
-    lock = Path(spec.file).with_name(Path(spec.file).stem + ".lock")
+    from builder.core.lockfile import lock_path
+    lock = lock_path(spec.file)
     if lock.is_file():
         out["lock_sha256"] = hashlib.sha256(lock.read_bytes()).hexdigest()
     return out
@@ -226,70 +238,59 @@ def _sha(digest: str) -> dict:
     return {algorithm: hexpart}
 
 
+def _statement(spec, repo: str, digest: str, build_type: str, external: dict, internal: dict, dependencies: list,
+               run: dict) -> dict:
+    """An in-toto statement of SLSA provenance for the image repo@digest."""
+    return {"_type": STATEMENT,
+            "subject": [{"name": f"{spec.site.registry}/{repo}", "digest": _sha(digest)}],
+            "predicateType": PROVENANCE,
+            "predicate": {"buildDefinition": {"buildType": build_type, "externalParameters": external,
+                                              "internalParameters": internal, "resolvedDependencies": dependencies},
+                          "runDetails": run}}
+
+
+def _run(details: dict, started: datetime.datetime, finished: datetime.datetime) -> dict:
+    return {"builder": details["builder"],
+            "metadata": {"invocationId": details["invocationId"], "startedOn": stamp(started),
+                         "finishedOn": stamp(finished)}}
+
+
 def layer_statement(spec, node, repo: str, digest: str, recorded: dict, zone_: Zone, engine: str = "",
                     started: datetime.datetime | None = None, env=None) -> dict:
     """The provenance of one validated layer image: what built it (key, spec revision, lock, base or parent),
     who (builder, engine, zone) and what it passed (each check and its result, bound to the check
     manifest by its hash)."""
-    details = builder_details(env, engine)
     finished = now()
     parent = (recorded.get("labels") or {}).get("io.imgbuild.parent") or node.base_ref or ""
-    return {
-        "_type": STATEMENT,
-        "subject": [{"name": f"{spec.site.registry}/{repo}", "digest": _sha(digest)}],
-        "predicateType": PROVENANCE,
-        "predicate": {
-            "buildDefinition": {
-                "buildType": LAYER_BUILD,
-                "externalParameters": {"layer": node.name, "content_key": node.key, "platform": node.platform,
-                                       "spec": spec_revision(spec, env)},
-                "internalParameters": {"zone": zone_.name, "namespace": zone_.namespace,
-                                       "checks_hash": recorded.get("checks_hash")},
-                "resolvedDependencies": [{"uri": f"docker://{parent}",
-                                          **({"digest": _sha(parent.split("@", 1)[1])} if "@" in parent else {})}]
-                if parent else [],
-            },
-            "runDetails": {
-                "builder": details["builder"],
-                "metadata": {"invocationId": details["invocationId"], "startedOn": stamp(started or finished),
-                             "finishedOn": stamp(finished)},
-                "byproducts": [{"name": "imgbuild check manifest", "mediaType": "application/vnd.imgbuild.manifest.v1+json",
-                                "digest": {"sha256": manifest_sha256(recorded)},
-                                "annotations": {"outcome": recorded.get("outcome"),
-                                                "validated_with_gpu": bool(recorded.get("validated_with_gpu")),
-                                                "gpu_model": recorded.get("gpu_model"),
-                                                "checks": [{"id": c.get("id"), "status": c.get("status")}
-                                                           for c in recorded.get("checks") or []]}}],
-            },
-        },
-    }
+    run = _run(builder_details(env, engine), started or finished, finished)
+    run["byproducts"] = [{"name": "imgbuild check manifest", "mediaType": "application/vnd.imgbuild.manifest.v1+json",
+                          "digest": {"sha256": manifest_sha256(recorded)},
+                          "annotations": {"outcome": recorded.get("outcome"),
+                                          "validated_with_gpu": bool(recorded.get("validated_with_gpu")),
+                                          "gpu_model": recorded.get("gpu_model"),
+                                          "checks": [{"id": c.get("id"), "status": c.get("status")}
+                                                     for c in recorded.get("checks") or []]}}]
+    return _statement(
+        spec, repo, digest, LAYER_BUILD,
+        {"layer": node.name, "content_key": node.key, "platform": node.platform, "spec": spec_revision(spec, env)},
+        {"zone": zone_.name, "namespace": zone_.namespace, "checks_hash": recorded.get("checks_hash")},
+        [{"uri": f"docker://{parent}", **({"digest": _sha(parent.split("@", 1)[1])} if "@" in parent else {})}]
+        if parent else [],
+        run)
 
 
 def release_statement(spec, stack: str, repo: str, digest: str, tags: list, nodes: list, zone_: Zone,
                       env=None) -> dict:
     """nodes: [(node, layer repository, digest, attestation digest)] of every platform's chain."""
-    details = builder_details(env)
-    stamp_now = stamp(now())
-    return {
-        "_type": STATEMENT,
-        "subject": [{"name": f"{spec.site.registry}/{repo}", "digest": _sha(digest)}],
-        "predicateType": PROVENANCE,
-        "predicate": {
-            "buildDefinition": {
-                "buildType": RELEASE_BUILD,
-                "externalParameters": {"stack": stack, "tags": list(tags), "spec": spec_revision(spec, env)},
-                "internalParameters": {"zone": zone_.name, "namespace": zone_.namespace},
-                "resolvedDependencies": [
-                    {"uri": f"docker://{spec.site.registry}/{lrepo}@{ldigest}", "digest": _sha(ldigest),
-                     "annotations": {"layer": node.name, "content_key": node.key, "platform": node.platform,
-                                     "attestation": att}}
-                    for node, lrepo, ldigest, att in nodes],
-            },
-            "runDetails": {"builder": details["builder"],
-                           "metadata": {"invocationId": details["invocationId"], "startedOn": stamp_now,
-                                        "finishedOn": stamp_now}},
-        },
-    }
+    moment = now()
+    return _statement(
+        spec, repo, digest, RELEASE_BUILD,
+        {"stack": stack, "tags": list(tags), "spec": spec_revision(spec, env)},
+        {"zone": zone_.name, "namespace": zone_.namespace},
+        [{"uri": f"docker://{spec.site.registry}/{lrepo}@{ldigest}", "digest": _sha(ldigest),
+          "annotations": {"layer": node.name, "content_key": node.key, "platform": node.platform, "attestation": att}}
+         for node, lrepo, ldigest, att in nodes],
+        _run(builder_details(env), moment, moment))
 
 
 # -- envelopes in the registry --------------------------------------------------------------------------
