@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The suite's time, from the JUnit XML files scripts/test.sh writes (one per half): each half's wall time and
+"""The suite's time, from the JUnit XML files scripts/test.sh writes (one per part): each part's wall time and
 test count, and the N slowest tests of the whole run, each with its setup (the module fixtures that build
 images are charged to the first test that needs them), call and teardown together, as pytest's JUnit report
 times a test. Standard library only: it runs before and after any venv.

@@ -9,12 +9,15 @@
 #                  docker and registry deselected), two at a time: no root, no host setup, only .venv
 #                  (made and given the test extras when missing). 158 s on 2 idle cores
 #                  (docs/measurements/2026-12-02-test-suite.md).
-#   IMGBUILD_TEST_WORKERS   pytest-xdist workers for the tests that need no engine: default 2. The whole
-#                  suite runs those first, two at a time (as --quick does), then the tests of the markers
-#                  docker and registry in one process, in file order: that half is compiles and containers
-#                  on the same 2 cores, and two workers showed no gain there (same measurements). The exit
-#                  code is the first failing half's; either half collecting no test is exit 5.
-# Each half writes JUnit XML under .imgbuild/test-results/; scripts/test-times.py then prints each half's time
+#   IMGBUILD_TEST_WORKERS   pytest-xdist workers: default 2. The whole suite runs in two parts:
+#                  (1) every test but those marked `exclusive`, two at a time, each file whole on one
+#                  worker (--dist loadfile), the files that build on the session's cpu-smoke first, then
+#                  the other docker files, then the rest (tests/conftest.py); (2) the `exclusive` tests
+#                  (they stop the shared registry or empty engine B) in one process after it. Two workers
+#                  fill the time one spends waiting on a push, a container or a sleeping compile: with warm
+#                  caches a single process left a core idle a third of the time (vmstat, 2026-12-05).
+#                  The exit code is the first failing part's; either part collecting no test is exit 5.
+# Each part writes JUnit XML under .imgbuild/test-results/; scripts/test-times.py then prints each part's time
 # and the 15 slowest tests of the whole run (the budget: docs/development.md#the-suites-budget).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,13 +38,13 @@ bash scripts/reclaim.sh      # what earlier test runs left in the engine and the
 export IMGBUILD_REQUIRE_DOCKER=1 IMGBUILD_REQUIRE_CUDA_TOOLCHAIN=1
 results=.imgbuild/test-results
 mkdir -p "$results"
-rm -f "$results"/free.xml "$results"/engine.xml
+rm -f "$results"/*.xml
 set +e
 # shellcheck disable=SC2046
-.venv/bin/python -m pytest tests -m "not docker and not registry" $(xdist) --junitxml="$results/free.xml" "$@"
-free=$?
-.venv/bin/python -m pytest tests -m "docker or registry" --junitxml="$results/engine.xml" "$@"
-engine=$?
-python3 scripts/test-times.py -n 15 --by-file "$results/free.xml" "$results/engine.xml"
-echo "test.sh: the tests without an engine exited $free, those with the engine and registry $engine"
-for rc in "$free" "$engine"; do [ "$rc" -eq 0 ] || exit "$rc"; done
+.venv/bin/python -m pytest tests -m "not exclusive" $(xdist) --junitxml="$results/shared.xml" "$@"
+shared=$?
+.venv/bin/python -m pytest tests -m "exclusive" --junitxml="$results/exclusive.xml" "$@"
+exclusive=$?
+python3 scripts/test-times.py -n 15 --by-file "$results/shared.xml" "$results/exclusive.xml"
+echo "test.sh: the tests run two at a time exited $shared, the exclusive ones $exclusive"
+for rc in "$shared" "$exclusive"; do [ "$rc" -eq 0 ] || exit "$rc"; done

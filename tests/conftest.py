@@ -51,14 +51,15 @@ def pytest_runtest_setup(item):
         pytest.skip(f"{why}; run scripts/setup-host.sh to enable the docker tests")
 
 
-# Running at once (pytest-xdist; `scripts/test.sh` passes -n 2 --dist loadfile --no-loadscope-reorder):
-# every worker is its own process, so it has its own e2e namespace (e2e.NS), work folder and `first`
-# build, and each test file runs whole on one worker, in file order, as in a serial run. (xdist's
-# loadgroup, which could keep several files on one worker, does nothing under pytest 9: it renames
-# item._nodeid, which pytest 9 no longer reads.) Every docker file depends only on `first` and on its
-# own earlier tests, never on another file's. Under xdist the files are handed out longest first: the
-# files that build on this session's cpu-smoke (`first`, `work`), the other docker files, the slow unit
-# files, the rest. Without xdist nothing is reordered.
+# Running at once (pytest-xdist; `scripts/test.sh` passes -n 2 --dist loadfile --no-loadscope-reorder,
+# for the docker files too): every worker is its own process, so it has its own e2e namespace (e2e.NS),
+# work folder and `first` build, and each test file runs whole on one worker, in file order, as in a
+# serial run. (xdist's loadgroup, which could keep several files on one worker, does nothing under
+# pytest 9: it renames item._nodeid, which pytest 9 no longer reads.) Every docker file depends only on
+# `first` and on its own earlier tests, never on another file's; a test that changes what the workers
+# share (stops the registry, empties engine B) is marked `exclusive` and runs after, alone. Under xdist
+# the files are handed out longest first: the files that build on this session's cpu-smoke (`first`,
+# `work`), the other docker files, the slow unit files, the rest. Without xdist nothing is reordered.
 SHARED_STATE = {"work", "first"}
 
 

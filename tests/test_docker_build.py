@@ -55,10 +55,12 @@ def test_cpu_smoke_builds_validates_and_is_released(first):
 def test_rebuild_builds_nothing_even_without_local_images(work, first):
     refs = subprocess.run(["/usr/bin/docker", "images", "--format", "{{.Repository}}:{{.Tag}}"],
                           capture_output=True, text=True, check=True).stdout.split()
-    # Only this session's images: another build on this engine (a developer, a second test run) keeps its own.
-    keys = {n["key"] for rep in reports(work) for n in rep["nodes"].values()}
+    # Only this session's images: another build on this engine (a developer, another test worker building
+    # the same keys at this moment) keeps its own. A local tag ends in its run's id (pipeline.py), and this
+    # session's runs are the folders under its IMGBUILD_HOME.
+    runs = {p.name for p in (work / "home" / "runs").iterdir()}
     mine = [r for r in refs if f"/{NS}/" in r
-            or r.startswith("imgbuild.local/") and r.rsplit(":", 1)[-1].split("-", 1)[0] in keys]
+            or r.startswith("imgbuild.local/") and r.rsplit(":", 1)[-1].removesuffix("-again").split("-", 1)[-1] in runs]
     if mine:
         subprocess.run(["/usr/bin/docker", "image", "rm", "--force", *mine], check=True, capture_output=True)
     before = release("cpu-smoke")

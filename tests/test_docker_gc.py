@@ -34,7 +34,9 @@ from builder.ship.registry import Registry
 from e2e import NS, REGISTRY, ROOT, imgbuild, reports
 from tiny import site
 
-pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
+# exclusive: scripts/registry-gc.sh stops the shared registry and collects every blob no manifest names yet,
+# which would cut another test's push in half; scripts/test.sh runs these after the tests that run at once.
+pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow, pytest.mark.exclusive]
 
 GC_NS = f"{NS}-gc"
 STACK = "gc-mini"

@@ -78,6 +78,8 @@ def _clean(engine: dict) -> None:
         assert proc.returncode == 0, proc.stderr
 
 
+# exclusive: it empties engine B (images and BuildKit cache), which test_docker_engines.py builds on.
+@pytest.mark.exclusive
 def test_same_key_same_image_across_time(work, index, engine_b):
     """Issue 21's promise. The demo stack is locked and built while the index has demo-dep 1.0; then
     demo-dep 1.1 is published, and the same key is built again on a clean engine (B, cache and images
