@@ -125,9 +125,13 @@ def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
     spec, names = prepared.spec, prepared.names
     result = review(prepared, strict, require_locked)
     ok = not result.errors()
+    # The CPU level each stack's compiled host code is built for, and why (declared, derived, default).
+    baselines = {s.name: {p: s.cpu_baseline(p) for p in s.platforms} for s in prepared.stacks}
     if as_json:
         data = {"file": str(file), "stacks": names, "summary": result.summary, "facts": result.facts,
-                "findings": [f.to_json() for f in result.findings]}
+                "findings": [f.to_json() for f in result.findings],
+                "cpu_baselines": {n: {p: {"level": b.name, "how": b.how, "origin": b.origin} for p, b in by.items()}
+                                  for n, by in baselines.items()}}
         if not ok:
             data["error"] = {"kind": "preflight", "message": f"{result.summary} in {len(names)} stack(s)"}
         reply(data, ok, PreflightError.exit_code)
@@ -136,6 +140,9 @@ def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
         return
     for line in spec.kinds.describe({d.kind.name for s in prepared.stacks for d in s.chain}):
         echo(line)   # where each kind used (and the skeleton) came from: shipped or site
+    for name, by in baselines.items():
+        for platform, b in by.items():
+            echo(f"cpu baseline [{name}] {platform}: {b.name} ({b.origin})")
     for finding in result.findings:
         echo(finding.render())
     if not ok:
@@ -626,8 +633,9 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
 @app.command(name="node-check")
 def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (its released image) or an image "
                                                       "reference; none with --squashfs or --from-log."),
-               procs: int = typer.Option(2, "--procs", "-n", min=1, max=64,
-                                         help="Ranks on this node (one per GPU where there are GPUs)."),
+               procs: Optional[int] = typer.Option(None, "--procs", "-n", min=1, max=64,
+                                                   help="Ranks on this node (default: one per GPU of a GPU stack's "
+                                                        "nodes, else 2)."),
                gpus: Optional[bool] = typer.Option(None, "--gpus/--no-gpus",
                                                    help="NCCL on the engine's GPUs (default: when it has any)."),
                json_out: bool = JsonOpt,
@@ -638,8 +646,12 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
                                                        "Indexed Job, a headless Service, the worker as a ConfigMap) that "
                                                        "run the check over --nodes nodes, and do not run it."),
                nodes: int = typer.Option(2, "--nodes", min=1, help="Nodes of the batch job."),
-               gpus_per_node: int = typer.Option(0, "--gpus-per-node", min=0,
-                                                 help="GPUs per node of the batch job (then one task per GPU)."),
+               gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", min=0,
+                                                           help="GPUs per node of the batch job, one task per GPU "
+                                                                "(default: a GPU stack's gpus_per_node, or its GPUs' "
+                                                                "systems in the catalog)."),
+               cpu: bool = typer.Option(False, "--cpu", help="Check a GPU image on the CPU alone (gloo): the report "
+                                        "says CPU only. Without it, 0 GPUs for a GPU stack is refused."),
                from_log: Optional[Path] = typer.Option(None, "--from-log", help="Read the report from a batch "
                                                        "job's output instead of running the check."),
                squashfs: Optional[Path] = typer.Option(None, "--squashfs", help="Run the check inside an exported "
@@ -662,52 +674,65 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
         raise SpecError("name the image to check: stack=NAME, an image reference, --squashfs FILE or --from-log FILE")
     if framework is not None and framework not in nodecheck.FRAMEWORKS:
         raise SpecError(f"--framework {framework!r}: expected one of {', '.join(nodecheck.FRAMEWORKS)}")
+    gpn = gpus_per_node
+    limits: dict = {}     # the site's bus bandwidth thresholds (site.node_check.min_busbw_gbps)
     if target is None:
         image = str(squashfs or from_log)
     elif target.startswith("stack="):
         spec = load_spec(file, kinds=kinds or None)
         stack = select(spec, [target], False)[0]
+        gpn = _node_gpus(stack, gpus_per_node, cpu, local=emit_k8s is None and emit_sbatch is None
+                         and from_log is None, docker=docker)
+        if gpn and gpus is None and emit_k8s is None and emit_sbatch is None:
+            gpus = True
         image = nodecheck.released_image(spec, stack) if from_log is None and squashfs is None else target
         if from_log is None and squashfs is None and emit_k8s is None and emit_sbatch is None:
             _provenance(spec, image)   # what is about to run on the node: its signatures first
         env = stack.runtime_env()
         framework = framework or nodecheck.framework_of(stack)
+        limits = dict(spec.site.node_check.min_busbw_gbps)
     else:
         image = target
     emitted = framework or "torch"   # what a written job runs: the stack's worker, or the one asked for
+    gpn = gpn or 0
+    procs = procs or gpn or 2
+    if cpu:
+        gpus = False
     if emit_k8s is not None:
         from builder.nodecheck import k8s
         settings = spec.site.k8s if target is not None and target.startswith("stack=") else \
             (load_spec(file).site.k8s if file.exists() else k8s.K8sSettings())
-        objects = k8s.manifests(image, nodes, gpus_per_node or procs, gpus_per_node, env=env, settings=settings,
+        objects = k8s.manifests(image, nodes, gpn or procs, gpn, env=env, settings=settings,
                                 worker_args=["--only", only] if only else None, framework=emitted,
                                 worker=nodecheck.worker_file(emitted).read_text())   # refused before anything is written
         emit_k8s.write_text(k8s.text(objects, objects[-1]["metadata"]["name"], nodes))
-        each = "one jax.distributed process" if emitted == "jax" else f"{gpus_per_node or procs} rank(s)"
+        each = "one jax.distributed process" if emitted == "jax" else f"{gpn or procs} rank(s)"
+        each += f" on {gpn} GPU(s)" if gpn else " on the CPU only (gloo): no GPU, NCCL or fabric exercised"
         echo(f"ok: {emit_k8s}: a Job of {nodes} pod(s) x {each}; run with: kubectl apply -f {emit_k8s}")
         reply({"k8s": str(emit_k8s), "nodes": nodes, "objects": [o["kind"] for o in objects]})
         return
     if emit_sbatch is not None:
         worker = emit_sbatch.resolve().with_name("imgbuild-node-check-worker.py")
-        text = sbatch.script(image, str(worker), nodes, gpus_per_node or procs, gpus_per_node, env=env,
+        text = sbatch.script(image, str(worker), nodes, gpn or procs, gpn, env=env,
                              worker_args=["--only", only] if only else None,
                              framework=emitted)   # refused before anything is written
         _shutil.copyfile(nodecheck.worker_file(emitted), worker)
         emit_sbatch.write_text(text)
         emit_sbatch.chmod(0o755)
-        echo(f"ok: {emit_sbatch} (and {worker}): {nodes} node(s) x {gpus_per_node or procs} task(s); "
-             f"submit with: sbatch {emit_sbatch}")
+        echo(f"ok: {emit_sbatch} (and {worker}): {nodes} node(s) x {gpn or procs} task(s)"
+             + (f" on {gpn} GPU(s) each; " if gpn else " on the CPU only (gloo): no GPU, NCCL or fabric exercised; ")
+             + f"submit with: sbatch {emit_sbatch}")
         reply({"sbatch": str(emit_sbatch), "worker": str(worker), "nodes": nodes})
         return
     if from_log is not None:
         text = from_log.read_text(errors="replace")
-        report = nodecheck.parse(image, text, text, 0)
+        report = nodecheck.parse(image, text, text, 0, limits)
     elif squashfs is not None:
         report = nodecheck.run_squashfs(squashfs, procs=procs, options={"only": only} if only else None,
                                         framework=framework)
     else:
         report = nodecheck.run(Engine.detect(docker), image, procs=procs, gpus=gpus,
-                               options={"only": only} if only else None, framework=framework)
+                               options={"only": only} if only else None, framework=framework, limits=limits)
     failed = [r for r in report.results if r["status"] == "failed"]
     if json_out:
         data = report.to_json()
@@ -721,6 +746,33 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
     if not report.ok:
         raise nodecheck.NodeCheckFailed(", ".join(f"{r['id']} (rank {', '.join(map(str, r['bad_ranks'])) or '?'})"
                                                   for r in failed) + f" failed on {image}")
+
+
+def _node_gpus(stack, given: int | None, cpu: bool, local: bool, docker: str | None) -> int:
+    """The GPUs per node a stack's node check uses: 0 for a CPU stack or with --cpu; for a GPU stack the
+    given number, else the stack's or site's gpus_per_node, else its GPUs' systems in the catalog. A GPU
+    stack checked with 0 GPUs (or on a machine without one) is refused unless --cpu says so."""
+    from builder import nodecheck
+    if not stack.gpus:
+        return given or 0
+    if cpu:
+        return 0
+    gpus = ", ".join(g.name for g in stack.gpus)
+    if given == 0:
+        raise SpecError(f"stack {stack.name!r} is a GPU image ({gpus}), and --gpus-per-node 0 would check it on "
+                        "the CPU alone: no GPU, NCCL or fabric", hint="--cpu says so on purpose")
+    found, why = (given, "--gpus-per-node") if given else nodecheck.gpus_per_node(stack)
+    if not found:
+        raise SpecError(f"stack {stack.name!r} is a GPU image ({gpus}), but how many GPUs its nodes have is not "
+                        f"known: {why}", hint="set site.node_check.gpus_per_node (or stacks.NAME.gpus_per_node), or "
+                                              "pass --gpus-per-node N; --cpu checks the CPU alone")
+    if local:
+        from builder.ship.engine import Engine
+        if not Engine.detect(docker).has_gpu():
+            raise SpecError(f"stack {stack.name!r} is a GPU image ({gpus}, {found} per node from {why}), and this "
+                            "machine's engine has no GPU", hint="run it on a GPU node, emit a job for the GPU nodes "
+                            "(--emit-sbatch, --emit-k8s), or --cpu to check the CPU path alone")
+    return found
 
 
 def _provenance(spec: Spec, image: str) -> dict | None:

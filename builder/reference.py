@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from builder.load import ciconf, k8sconf, retention, trustconf
+from builder.load import ciconf, k8sconf, nodeconf, retention, trustconf
 from builder.load import spec as spec_mod
 from builder.load.params import TYPES
 
@@ -35,6 +35,18 @@ KEY_DOCS = {
         "k8s": "What `imgbuild node-check --emit-k8s` writes into Kubernetes manifests (below).",
         "ci": "How `imgbuild ci` writes pipelines (below).",
         "trust": "Who may write proof: the protected pipeline's public keys and the staging namespace (below; docs/trust.md).",
+        "cpu_baseline": "The instruction-set level every node shares, one per platform (x86-64-v2/v3/v4, armv8-a, "
+                        "armv8.2-a, armv9-a, neoverse-v2): compiled host code is built for it, never for the build "
+                        "host, and the cpu-isa check refuses a binary beyond it. Default: derived per stack from its "
+                        "GPUs' systems (docs/cpu-baseline.md).",
+        "node_check": "The GPU nodes `imgbuild node-check` exercises (below).",
+    },
+    "site.node_check": {
+        "gpus_per_node": "The GPUs of each node (1-64): a GPU stack's node check and emitted jobs use them. Default: "
+                         "the catalog's systems of the stack's GPUs where they agree (8 for HGX/DGX boards).",
+        "min_busbw_gbps": "All-reduce bus bandwidth a healthy node reaches, {intra: GB/s, inter: GB/s}: intra for "
+                          "one node's NVLink (all_reduce_perf), inter across nodes (the fabric). Replaces the "
+                          "catalog's figure (90% of it); across nodes only the site knows one.",
     },
     "site.trust": {
         "staging_namespace": "Where runs without the signing key (branches, merge requests) push layer images "
@@ -102,9 +114,11 @@ KEY_DOCS = {
         "platforms": "What it is built for: [linux/amd64], [linux/arm64] or both (one release, an OCI index of each "
                      "platform's image). Default: its GPUs' hosts (GH200, GB200, GB300: linux/arm64; other GPUs: "
                      "linux/amd64), linux/amd64 without GPUs.",
+        "cpu_baseline": "This stack's CPU level(s), where they differ from the site's (only levels of its platforms).",
+        "gpus_per_node": "The GPUs of each node of this stack's partition, where they differ from the site's.",
     },
 }
-SECTIONS = {"top": spec_mod.TOP_KEYS, "site": spec_mod.SITE_KEYS, "site.ci": ciconf.KEYS, "site.trust": trustconf.KEYS, "site.retention": retention.KEYS, "site.k8s": k8sconf.KEYS,
+SECTIONS = {"top": spec_mod.TOP_KEYS, "site": spec_mod.SITE_KEYS, "site.ci": ciconf.KEYS, "site.trust": trustconf.KEYS, "site.retention": retention.KEYS, "site.k8s": k8sconf.KEYS, "site.node_check": nodeconf.KEYS,
             "bases.NAME": spec_mod.BASE_KEYS, "layers.NAME": spec_mod.LAYER_KEYS, "stacks.NAME": spec_mod.STACK_KEYS}
 
 

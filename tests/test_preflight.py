@@ -213,6 +213,10 @@ FAILS = [
     Fail("h100-on-arm64", S("ngc2509", ["site"], gpus=["H100"], platforms=["linux/arm64"]), "IB013", "error",
          r"H100's nodes run an x86 CPU \(x86_64, linux/amd64 images\); this stack is built for linux/arm64 only",
          "stacks.s.gpus[0]"),
+    # -- IB016 CPU ops prebuilt where no CPU baseline is known (issue 35) -------------------------------
+    Fail("cpu-ops-no-baseline", S("ngc2509", ["site", "ds-cpu"], gpus=["L4"]), "IB016", "warning",
+         r"layer 'ds-cpu' prebuilds the CPU op cpu_adam with no CPU baseline known for linux/amd64: compiled for "
+         r"x86-64-v3, the linux/amd64 default \(no system of L4 in the catalog\)", "layers.ds-cpu.params.ops"),
     # -- IB015 an NGC month not known to publish arm64, for an arm64 stack ------------------------
     Fail("gh200-on-ngc-24.01", S("ngc2401", ["site"], gpus=["GH200"]), "IB015", "unknown",
          r"NGC 24\.01 is not known to publish a linux/arm64 image; stack 's' is built for linux/arm64", "stacks.s.base"),

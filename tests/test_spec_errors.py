@@ -67,7 +67,7 @@ stacks:
 
 CATALOG_GPUS = "catalog GPUs: V100, T4, A100"
 TOP_KEYS = "allowed: bases, layers, projects, runtimes, site, stacks, version"
-STACK_KEYS = "allowed: above, base, description, driver_floor, extends, gpus, layers, platforms, project, runtime, tags"
+STACK_KEYS = "allowed: above, base, cpu_baseline, description, driver_floor, extends, gpus, gpus_per_node, layers, platforms, project, runtime, tags"
 BASE_KEYS = "allowed: description, digest, family, image, provides, source"
 LAYER_KEYS = "allowed: description, kind, params"  # layers, projects and runtimes alike
 DS_PARAMS = "allowed: apt, libaio, ops, packages, runtime_ops, version"
@@ -94,7 +94,7 @@ CASES = [
     Case("unknown-key-in-base", "    family: debian\n", "    family: debian\n    digets: sha256:00  # <==\n",
          "bases.deb.digets", "unknown key 'digets'", BASE_KEYS),
     Case("unknown-key-in-site", "  namespace: imgbuild\n", "  namespace: imgbuild\n  user: me  # <==\n",
-         "site.user", "unknown key 'user'", "allowed: ci, description, driver_floor, epoch, k8s, namespace, registry, retention"),
+         "site.user", "unknown key 'user'", "allowed: ci, cpu_baseline, description, driver_floor, epoch, k8s, namespace, node_check, registry, retention"),
     Case("unknown-key-in-layer", "    kind: deepspeed\n", "    kind: deepspeed\n    param: {ops: [cpu_adam]}  # <==\n",
          "layers.ds.param", "unknown key 'param'", LAYER_KEYS),
     Case("unknown-key-in-project", "    kind: megatron\n",

@@ -54,25 +54,29 @@ COMPILER = ["gcc", "libc6-dev", "python3-dev"]
 NET = {"IMGBUILD_BUILD_NETWORK": "host"}
 
 
-def wheel(folder: Path, name: str, version: str, requires: tuple = ()) -> Path:
-    """A pure-Python wheel written byte for byte the same every time (fixed zip dates): its sha256 is
-    stable, as an index's artifact is."""
+def wheel(folder: Path, name: str, version: str, requires: tuple = (), files: dict | None = None,
+          tag: str = "py3-none-any") -> Path:
+    """A wheel written byte for byte the same every time (fixed zip dates): its sha256 is stable, as an index's
+    artifact is. Pure Python unless `files` adds others ({path in the wheel: bytes}, a compiled library) under
+    a platform `tag` (py3-none-linux_x86_64)."""
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
-    files = {f"{dist}/__init__.py": f"__version__ = {version!r}\n",
-             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-                                 + "".join(f"Requires-Dist: {r}\n" for r in requires),
-             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: imgbuild-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    purelib = "true" if tag.endswith("-any") else "false"
+    body = {f"{dist}/__init__.py": f"__version__ = {version!r}\n".encode(),
+            **{k: v for k, v in (files or {}).items()},
+            f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                 + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
+            f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: imgbuild-test\nRoot-Is-Purelib: {purelib}\nTag: {tag}\n".encode()}
     record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    files[f"{info}/RECORD"] = "\n".join(record + [f"{info}/RECORD,,"]) + "\n"
-    out = folder / "files" / f"{dist}-{version}-py3-none-any.whl"
+    for path, data in body.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    body[f"{info}/RECORD"] = ("\n".join(record + [f"{info}/RECORD,,"]) + "\n").encode()
+    out = folder / "files" / f"{dist}-{version}-{tag}.whl"
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w") as z:
-        for path, text in files.items():
-            z.writestr(zipfile.ZipInfo(path, date_time=(2026, 1, 1, 0, 0, 0)), text)
+        for path, data in body.items():
+            z.writestr(zipfile.ZipInfo(path, date_time=(2026, 1, 1, 0, 0, 0)), data)
     return out
 
 

@@ -26,12 +26,13 @@ CUDA_MODES = ("never", "always", "if-cuda")   # if-cuda: when a CUDA toolkit is 
 # The in-image check types that builder.ship.checks knows how to run. Kept here so a typo in a
 # kind.yaml fails at load time, not after an hour of building.
 CHECK_TYPES = ("import", "dist-version", "pip-check", "ds-report", "env", "python", "command",
-               "source-commit", "torch-unchanged", "requirements", "arch-coverage", "jax")
+               "source-commit", "torch-unchanged", "requirements", "arch-coverage", "jax", "cpu-isa")
 # The tests of check type `jax` (builder/ship/checks/jaxcheck.py holds their code).
 JAX_TESTS = ("versions", "host-devices", "pmap-allreduce", "jit-matmul", "cuda-plugin", "gpu-allreduce")
 # Check argument values taken from the stack rather than the layer: "stack:arch_list" is the stack's
 # TORCH_CUDA_ARCH_LIST where the layer compiles CUDA code for it, else null.
-STACK_VALUES = ("arch_list",)
+# "stack:cpu_baseline" is the CPU level of each platform the stack is built for (builder.core.cpubaseline).
+STACK_VALUES = ("arch_list", "cpu_baseline")
 KIND_KEYS = {"description", "role", "base_family", "needs", "provides", "compiles_cuda",
              "compiles_cuda_param", "params", "checks", "versions", "facts"}
 # Facts of the stack that a kind may declare from one of its version parameters (a toolkit layer says

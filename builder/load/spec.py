@@ -7,6 +7,7 @@ the allowed values. Nothing here touches Docker, the network or the registry.
 from __future__ import annotations
 
 import datetime
+import difflib
 import hashlib
 import json
 import re
@@ -16,9 +17,9 @@ from typing import Any, Callable
 
 from packaging.version import InvalidVersion, Version
 
-from builder.core import catalog
+from builder.core import catalog, cpubaseline
 from builder.core import platforms
-from builder.load import ciconf, k8sconf, retention, trustconf, versions
+from builder.load import ciconf, k8sconf, nodeconf, retention, trustconf, versions
 from builder.load.ciconf import CiSettings
 from builder.errors import SpecError, SpecErrors
 from builder.load.kinds import FAMILIES, NGC_FAMILIES, Kind, load_kinds
@@ -44,11 +45,13 @@ DRIVER = re.compile(r"^[0-9]{3}(?:\.[0-9]{1,3}){0,2}\Z")  # an NVIDIA Linux driv
 DEFAULT_TAGS = ("{stack}", "{stack}-{date}")
 SECTIONS = {"layers": ("base", "layer"), "projects": ("project",), "runtimes": ("runtime",)}
 TOP_KEYS = {"version", "site", "bases", "layers", "projects", "runtimes", "stacks"}
-SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "epoch", "retention", "k8s", "ci", "trust"}
+SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "epoch", "retention", "k8s", "ci", "trust",
+             "cpu_baseline", "node_check"}
 BASE_KEYS = {"image", "digest", "family", "provides", "source", "description"}
 LAYER_KEYS = {"kind", "params", "description"}
 STACK_KEYS = {"extends", "description", "base", "layers", "project", "runtime", "above", "gpus", "tags",
-              "driver_floor", "waivers", "platforms"}
+              "driver_floor", "waivers", "platforms", "cpu_baseline",
+              "gpus_per_node"}
 WAIVER_KEYS = {"rule", "reason"}
 RULE_ID = re.compile(r"^IB[0-9]{3}\Z")
 KEY_SHOWN = re.compile(r"^[A-Za-z0-9_.+-]{1,64}\Z")   # an unknown key quoted in a message only if it looks like this
@@ -70,6 +73,10 @@ class Site:
     ci: CiSettings = CiSettings()
     # Who may write proof (builder.load.trustconf); None: nothing is signed, one namespace holds all.
     trust: trustconf.TrustSettings | None = None
+    # The CPU levels every node of the site shares, one per platform (builder.core.cpubaseline); () where
+    # not said: each stack's is then derived from its GPUs.
+    cpu_baseline: tuple = ()
+    node_check: nodeconf.NodeCheckSettings = nodeconf.NodeCheckSettings()   # the GPU nodes node-check exercises
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,15 @@ class Stack:
     driver_floor: str | None = None  # the stack's own, else the site's (preflight checks it against CUDA)
     waivers: tuple = ()              # Waiver: its own and those of the stacks it extends
     declared_platforms: tuple = ()   # `platforms:` as written (its own or a stack's it extends); () if none
+    # The CPU levels declared for it (its own `cpu_baseline`, a stack's it extends, else the site's), and the
+    # key that declares them; () where none is: then each platform's is derived from the GPUs.
+    declared_baseline: tuple = ()
+    baseline_key: str = ""
+    gpus_per_node: int | None = None   # its own `gpus_per_node`, else site.node_check's (node-check's default)
+
+    def cpu_baseline(self, platform: str) -> cpubaseline.Baseline:
+        """The instruction-set level compiled host code is built for on a platform, and where it comes from."""
+        return cpubaseline.choose(self.declared_baseline, self.gpus, platform, self.baseline_key)
 
     @property
     def platforms(self) -> tuple:
@@ -222,6 +238,8 @@ class Stack:
                 "gpus": [g.name for g in self.gpus], "tags": list(self.tags)}
         if self.declared_platforms:   # only where written: the hashes of stacks without it stay what they were
             body["platforms"] = list(self.declared_platforms)
+        if self.declared_baseline:
+            body["cpu_baseline"] = list(self.declared_baseline)
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -453,7 +471,33 @@ class _Loader:
                     driver_floor=self.driver(("site", "driver_floor"), raw.get("driver_floor")),
                     epoch=self.epoch(("site", "epoch"), raw.get("epoch")),
                     retention=retention.parse(self, raw.get("retention")), k8s=k8sconf.parse(self, raw.get("k8s")),
-                    ci=ciconf.parse(self, raw.get("ci")), trust=trustconf.parse(self, raw.get("trust"), namespace))
+                    ci=ciconf.parse(self, raw.get("ci")), trust=trustconf.parse(self, raw.get("trust"), namespace),
+                    cpu_baseline=tuple(self.cpu_levels(("site", "cpu_baseline"), raw.get("cpu_baseline"))),
+                    node_check=nodeconf.parse(self, raw.get("node_check")))
+
+    def cpu_levels(self, path: tuple, value: Any) -> list:
+        """`cpu_baseline: x86-64-v3`, or one level per platform: [x86-64-v3, neoverse-v2]."""
+        if value is None:
+            return []
+        given = [value] if isinstance(value, str) else value
+        if not isinstance(given, list) or not given:
+            raise self.err(path, f"expected a CPU level or a list of them (one per platform), got {type_name(value)}",
+                           hint="e.g. cpu_baseline: x86-64-v3, or [x86-64-v3, neoverse-v2]")
+        known = cpubaseline.levels()
+        seen: dict = {}
+        for i, item in enumerate(given):
+            where = path if isinstance(value, str) else path + (i,)
+            if not isinstance(item, str) or item not in known:
+                near = difflib.get_close_matches(str(item).lower(), list(known), n=1, cutoff=0.6) if isinstance(item, (str, int, float)) else []
+                raise self.err(where, f"{redact(str(item))[:40]!r} is not a CPU level imgbuild knows"
+                               + (f" (did you mean {near[0]!r}?)" if near else ""),
+                               hint="levels: " + ", ".join(known) + " (builder/core/data/catalog.yaml, cpu_levels)")
+            platform = known[item].platform
+            if platform in seen:
+                raise self.err(where, f"two levels for {platform}: {seen[platform]!r} and {item!r}",
+                               hint="the baseline is the one level every node of that platform shares")
+            seen[platform] = item
+        return list(given)
 
     def epoch(self, path: tuple, value: Any) -> str | None:
         """A whole number or a short word (2, 2026-12, a date): kept as text, so that 2 and "2" are one epoch."""
@@ -623,7 +667,9 @@ class _Loader:
                  ("description", lambda: self.free_text(path + ("description",), raw.get("description"))),
                  ("driver_floor", lambda: self.driver(path + ("driver_floor",), raw.get("driver_floor"))),
                  ("waivers", lambda: self.waivers(raw.get("waivers", []))),
-                 ("platforms", lambda: self.platforms(path, raw)))
+                 ("platforms", lambda: self.platforms(path, raw)),
+                 ("cpu_baseline", lambda: self.cpu_levels(path + ("cpu_baseline",), raw.get("cpu_baseline"))),
+                 ("gpus_per_node", lambda: nodeconf.gpus(self, path + ("gpus_per_node",), raw.get("gpus_per_node"))))
         got = {}   # part -> its value, for each part read
         for key, fn in parts:
             read, value = self.attempt(fn)
@@ -636,7 +682,12 @@ class _Loader:
         stack = Stack(name=name, description=got.get("description", ""), base=got["base"], chain=tuple(got["chain"]),
                       gpus=tuple(got["gpus"]), tags=tuple(got.get("tags", ())), line=self.doc.line(path),
                       driver_floor=got.get("driver_floor") or site.driver_floor, waivers=got.get("waivers", ()),
-                      declared_platforms=tuple(got.get("platforms", ())))
+                      declared_platforms=tuple(got.get("platforms", ())),
+                      declared_baseline=tuple(got.get("cpu_baseline") or site.cpu_baseline),
+                      baseline_key=(f"stacks.{name}.cpu_baseline" if got.get("cpu_baseline") else "site.cpu_baseline"),
+                      gpus_per_node=got.get("gpus_per_node") or site.node_check.gpus_per_node)
+        if got.get("cpu_baseline"):
+            self.check_baseline(stack, path + ("cpu_baseline",))
         self.check_chain(stack, path)
         if len(got) < len(parts):
             raise Skipped
@@ -697,6 +748,16 @@ class _Loader:
             raise self.err(where, f"unknown GPU {gname!r}" + (f" (did you mean {near[0]!r}?)" if near else ""),
                            hint="catalog GPUs: " + ", ".join(catalog.gpus()))
         return catalog.gpus()[gname]
+
+    def check_baseline(self, stack: Stack, where: tuple) -> None:
+        """A stack's own levels name only platforms it is built for (the site's may name more)."""
+        for name in stack.declared_baseline:
+            platform = cpubaseline.platform_of(name)
+            if platform not in stack.platforms:
+                raise self.err(where, f"{name!r} is a {platform} level, but the stack is built for "
+                                      f"{', '.join(stack.platforms)} only",
+                               hint="name a level of " + " or ".join(stack.platforms) + ", or add the platform "
+                                    "to platforms:")
 
     def platforms(self, path: tuple, raw: dict) -> list:
         """`platforms: [linux/amd64, linux/arm64]`: each once, each one imgbuild builds."""

@@ -184,6 +184,8 @@ def _resolve_args(check: CheckSpec, layer: LayerDef, stack: Stack) -> CheckSpec:
     string is replaced by the value's text (e.g. /opt/imgbuild/sources/{param:name}). "stack:arch_list"
     is the arch list the layer is compiled for in this stack (None where it compiles no CUDA code)."""
     def resolve(value):
+        if value == "stack:cpu_baseline":   # one level per platform; the check picks the image's
+            return [stack.cpu_baseline(p).name for p in stack.platforms]
         if value == "stack:arch_list":   # as the build got it: the layer's own gpus, +PTX where asked
             if not stack.compiles_cuda(layer):
                 return None

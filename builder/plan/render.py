@@ -195,7 +195,14 @@ def layer_context(stack: Stack, layer: LayerDef, platform: str = plat.DEFAULT) -
         "sources": sources,
         "wheels": wheels,
         "platform": platform,
+        # The CPU level host code is compiled for (builder.core.cpubaseline): macros.j2's host_compile.
+        "cpu": _cpu(stack, platform),
     }
+
+
+def _cpu(stack: Stack, platform: str) -> dict:
+    level = stack.cpu_baseline(platform).level
+    return {"level": level.name, "march": level.march, "simd": level.simd}
 
 
 def render_layer(spec: Spec, stack: Stack, layer: LayerDef, platform: str = plat.DEFAULT) -> str:

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Iterator
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from builder.core import catalog
+from builder.core import catalog, cpubaseline
 from builder.core import platforms as plat
 from builder.load import versions
 from builder.load.params import Download, WheelPin, WheelPins
@@ -246,6 +246,31 @@ def gpu_host_cpu(ctx: Ctx) -> Iterator[Finding]:
                        known=host,
                        fix=f"add {need} to platforms: (platforms: [linux/amd64, linux/arm64] releases one index for "
                            "both partitions), or name the GPU of the nodes it is for")
+
+
+@rule("IB016", "CPU ops prebuilt with no CPU baseline known")
+def cpu_baseline_unknown(ctx: Ctx) -> Iterator[Finding]:
+    """DeepSpeed's CPU ops (cpu_adam, async_io, ...) are compiled for one instruction-set level. Where neither
+    the stack nor the site names it and none of the stack's GPUs has a known host CPU, they are compiled for
+    the platform's default level: safe on most nodes, but a guess, so it is said."""
+    host_ops = catalog.ds_host_ops()
+    for layer in ctx.stack.chain:
+        if layer.kind.name != "deepspeed":
+            continue
+        ops = sorted(set(layer.param("ops")) & set(host_ops.value))
+        if not ops:
+            continue
+        for platform in ctx.stack.platforms:
+            chosen = ctx.stack.cpu_baseline(platform)
+            if chosen.how != "default":   # declared, or derived from the known hosts of its GPUs
+                continue
+            yield ctx.find("IB016", "warning", ctx.layer_key(layer, "ops"),
+                           f"layer {layer.name!r} prebuilds the CPU op{'s' if len(ops) > 1 else ''} {', '.join(ops)} "
+                           f"with no CPU baseline known for {platform}: compiled for {chosen.name}, "
+                           f"{chosen.origin.split(':')[0]}",
+                           known=host_ops, source=cpubaseline.source(),
+                           fix="name the level every node shares: site.cpu_baseline (or stacks.NAME.cpu_baseline), "
+                               "e.g. x86-64-v3 for AVX2 nodes, x86-64-v4 for AVX-512 nodes, neoverse-v2 for Grace")
 
 
 @rule("IB015", "an NGC month not known to publish an arm64 image, for an arm64 stack")

@@ -180,7 +180,9 @@ class Engine:
     def run_container(self, image: str, argv: Sequence[str], *, mounts: Sequence[tuple[str, str]] = (),
                       gpus: bool = False, network: bool = False, input: str | None = None,
                       timeout: float = 900, env: dict | None = None, shm_size: str | None = None,
-                      platform: str | None = None, hostname: str | None = None) -> Result:
+                      platform: str | None = None, hostname: str | None = None,
+                      writable: Sequence[tuple[str, str]] = ()) -> Result:
+        """writable: (host folder, path) mounts the container may write to (the probe's copies out)."""
         cmd = ["run", "--rm", "-i"]
         if hostname:
             cmd += ["--hostname", hostname]
@@ -196,6 +198,8 @@ class Engine:
             cmd += ["--env", f"{key}={value}"]
         for src, dst in mounts:
             cmd += ["--volume", f"{src}:{dst}:ro"]
+        for src, dst in writable:
+            cmd += ["--volume", f"{src}:{dst}"]
         cmd += ["--entrypoint", argv[0], image, *argv[1:]]
         return self._docker(*cmd, input=input, timeout=timeout)
 

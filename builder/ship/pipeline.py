@@ -540,7 +540,9 @@ class Builder:
         self.say(f"{prefix}: checks: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
         for r in results:
             if r.status != "passed":
-                self.say(f"      {r.status:<7} {r.id}: {r.detail.splitlines()[0][:160] if r.detail else ''}")
+                # A failure is shown whole enough to act on (a cpu-isa refusal names file, extension, address).
+                width = 600 if r.status == "failed" else 160
+                self.say(f"      {r.status:<7} {r.id}: {r.detail.splitlines()[0][:width] if r.detail else ''}")
         return results, facts
 
     def failures(self, node: Node, results: list[CheckResult]) -> str:

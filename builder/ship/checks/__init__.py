@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -19,6 +20,7 @@ from builder.ship.checks import jaxcheck
 from builder.ship.sources import MARKER
 
 PROBE = Path(__file__).with_name("probe.py")
+CPU_OUT = "/imgbuild-out"   # where the probe copies shared objects for the cpu-isa check (a host folder)
 OP_LINE = re.compile(r"^(\S+) \.+ \[(YES|NO)\] \.+ \[(OKAY|NO)\]\s*$")
 
 
@@ -72,10 +74,20 @@ def request(checks: tuple[CheckSpec, ...], gpu: bool) -> dict:
             req["files"].append(f"{a['path'].rstrip('/')}/{MARKER}")
         elif spec.check == "arch-coverage" and a.get("archs") and _roots(a):
             req.setdefault("cuda_code", []).extend(_roots(a))
+        elif spec.check == "cpu-isa" and a.get("baseline") and (_roots(a) or _dists(a)):
+            code = req.setdefault("cpu_code", {"roots": [], "dists": [], "out": CPU_OUT})
+            code["roots"] = sorted(set(code["roots"]) | set(_roots(a)))
+            code["dists"] = sorted(set(code["dists"]) | set(_dists(a)))
     req["imports"] = sorted(set(req["imports"]))
     if "cuda_code" in req:
         req["cuda_code"] = sorted(set(req["cuda_code"]))
     return req
+
+
+def _dists(a: dict) -> list[str]:
+    """The distributions (names or requirement strings) whose installed shared objects a cpu-isa check reads."""
+    given = a.get("dists")
+    return [given] if isinstance(given, str) else [d for d in (given or []) if isinstance(d, str)]
 
 
 def _roots(a: dict) -> list[str]:
@@ -284,10 +296,44 @@ def _arch_coverage(a: dict, f: dict) -> tuple[str, str]:
     return "passed", f"{found}, each with {', '.join(need)}{note}"
 
 
+def _cpu_isa(a: dict, f: dict) -> tuple[str, str]:
+    """No shared object the layer installed uses an instruction beyond the stack's CPU baseline, unless the
+    file chooses its code path at run time (then what it holds beyond is reported). Read from the binaries
+    (checks/isa.py), as arch-coverage reads the device code."""
+    from builder.core import cpubaseline
+    from builder.ship.checks import isa
+    read = f.get("cpu_isa") or {}
+    platform = read.get("platform")
+    level = next((cpubaseline.level(n) for n in a.get("baseline") or [] if cpubaseline.level(n)
+                  and cpubaseline.level(n).platform == platform), None)
+    if level is None:
+        return "skipped", f"no CPU baseline for {platform or 'this platform'}"
+    where = ", ".join(_roots(a) + _dists(a))
+    files = read.get("files") or []
+    if not files:
+        return "passed", f"no shared object in {where}: no compiled code to hold to {level.name}"
+    refused, dispatched = isa.beyond(files, level)
+    unread = [f"{x['path']} ({x['error']})" for x in files if x["error"]]
+    said = f"{len(files)} shared object{'s' if len(files) != 1 else ''} of {where} read"
+    notes = ""
+    if dispatched:
+        notes += "; chosen at run time (the file asks the CPU), not refused: " + "; ".join(
+            f"{p}: {', '.join(cpubaseline.pretty(x.feature) for x in found)} ({next(x['dispatch'] for x in files if x['path'] == p)})"
+            for p, found in sorted(dispatched.items())[:4])
+    if unread:
+        notes += "; not read: " + "; ".join(unread[:4])
+    if refused:
+        lines = [f"{p}: {', '.join(str(x) for x in found[:4])}" for p, found in sorted(refused.items())]
+        return "failed", (f"code beyond the CPU baseline {level.name} ({platform}), which nodes of that level "
+                          f"may not run (SIGILL): " + "; ".join(lines[:6])
+                          + (f"; and {len(lines) - 6} more files" if len(lines) > 6 else "") + notes)
+    return "passed", f"{said}, none beyond {level.name}{notes}"
+
+
 JUDGES: dict[str, Callable] = {
     "import": _import, "dist-version": _dist_version, "pip-check": _pip_check, "ds-report": _ds_report,
     "env": _env, "source-commit": _source_commit, "torch-unchanged": _torch_unchanged,
-    "requirements": _requirements, "arch-coverage": _arch_coverage,
+    "requirements": _requirements, "arch-coverage": _arch_coverage, "cpu-isa": _cpu_isa,
 }
 SNIPPETS = {"python": _snippet("python"), "jax": _snippet("python"), "command": _snippet("command")}
 
@@ -311,17 +357,36 @@ def judge(checks: tuple[CheckSpec, ...], facts: dict, gpu: bool, emulated: str |
 
 
 def probe(engine: Engine, image: str, checks: tuple[CheckSpec, ...], gpu: bool, platform: str | None = None) -> dict:
-    """Run the probe in the image (no network), on the image's platform, and return its measurements."""
+    """Run the probe in the image (no network), on the image's platform, and return its measurements. Where
+    a cpu-isa check asks, the probe copies the shared objects out to a folder of the host, whose code is
+    read here (checks/isa.py) and the copies deleted."""
     req = request(checks, gpu)
-    res = engine.run_container(image, ["python", "/imgbuild-probe.py"], mounts=[(str(PROBE), "/imgbuild-probe.py")],
-                               gpus=gpu, input=json.dumps(req), timeout=3600,
-                               platform=platform)
-    if res.returncode != 0:
-        raise EngineError(f"the probe could not run in {image} (exit {res.returncode}): {res.stderr.strip()[-800:]}")
-    try:
-        return json.loads(res.stdout)
-    except ValueError:
-        raise EngineError(f"the probe in {image} printed no JSON: {res.stdout[-400:]}{res.stderr[-400:]}") from None
+    with tempfile.TemporaryDirectory(prefix="imgbuild-cpu-code-") as out:
+        writable = [(out, CPU_OUT)] if "cpu_code" in req else []
+        res = engine.run_container(image, ["python", "/imgbuild-probe.py"], mounts=[(str(PROBE), "/imgbuild-probe.py")],
+                                   gpus=gpu, input=json.dumps(req), timeout=3600,
+                                   platform=platform, writable=writable)
+        if res.returncode != 0:
+            raise EngineError(f"the probe could not run in {image} (exit {res.returncode}): {res.stderr.strip()[-800:]}")
+        try:
+            facts = json.loads(res.stdout)
+        except ValueError:
+            raise EngineError(f"the probe in {image} printed no JSON: {res.stdout[-400:]}{res.stderr[-400:]}") from None
+        if "cpu_code" in req:
+            facts["cpu_isa"] = read_cpu_code(facts.get("cpu_code") or {}, Path(out), platform or engine.platform())
+    return facts
+
+
+def read_cpu_code(copied: dict, folder: Path, platform: str) -> dict:
+    """The instructions of each shared object the probe copied to the folder ({path in the image: copy})."""
+    from builder.ship.checks import isa
+    files = []
+    for path, got in sorted(copied.items()):
+        if got.get("copy"):
+            files.append(isa.read(folder / got["copy"], shown=path).to_json())
+        else:
+            files.append(isa.FileIsa(path=path, error=got.get("error", "not copied")).to_json())
+    return {"platform": platform, "files": files}
 
 
 def run_checks(engine: Engine, image: str, checks: tuple[CheckSpec, ...], gpu: bool, platform: str | None = None,

@@ -215,6 +215,41 @@ def cuda_code(roots, limit=5000):
     return out
 
 
+def _dist_objects(name):
+    """The .so files a distribution installed (its RECORD): what a pip layer added, wherever it lies."""
+    try:
+        import importlib.metadata as md
+        dist = md.distribution(re.split(r"[\s\[<>=!~;@(]", name.strip(), 1)[0])
+    except Exception:
+        return
+    for f in dist.files or []:
+        if f.name.endswith(".so") or ".so." in f.name:
+            yield str(f.locate())
+
+
+def copy_cpu_code(req, limit=5000, max_bytes=4 << 30):
+    """Copies the shared objects of the roots (import names, folders) and distributions asked for into
+    req["out"] (a folder the host mounted), for the host to read their instructions (builder/ship/checks/
+    isa.py: the libraries that decode them are not in the image). {path in the image: copy's name}."""
+    import shutil
+    out, total = {}, 0
+    paths = [p for root in req.get("roots", []) for p in _shared_objects(root)]
+    paths += [p for name in req.get("dists", []) for p in _dist_objects(name)]
+    for path in paths:
+        real = os.path.realpath(path)
+        if real in out or not os.path.isfile(real) or len(out) >= limit:
+            continue
+        size = os.path.getsize(real)
+        if total + size > max_bytes:
+            out[real] = {"error": "not copied: more than %d GiB of shared objects asked for" % (max_bytes >> 30)}
+            continue
+        name = "%05d.so" % len(out)
+        shutil.copyfile(real, os.path.join(req["out"], name))
+        total += size
+        out[real] = {"copy": name, "size": size}
+    return out
+
+
 def os_release():
     try:
         with open("/etc/os-release") as f:
@@ -256,6 +291,8 @@ def main():
         facts["commands"][name] = sh(command, timeout=900, shell=True)
     if req.get("cuda_code"):
         facts["cuda_code"] = cuda_code(req["cuda_code"])
+    if req.get("cpu_code"):
+        facts["cpu_code"] = copy_cpu_code(req["cpu_code"])
     for path in req.get("files", []):
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
