@@ -35,8 +35,13 @@ def test_node_check_on_the_released_stack_passes_with_two_ranks(work, first):
     status = {r["id"]: r["status"] for r in report["results"]}
     assert report["world_size"] == 2 and report["backend"] == "gloo" and report["ok"]
     assert status == {"env": "passed", "matmul": "passed", "collectives": "passed", "allreduce-bw": "passed",
-                      "deepspeed": "passed", "megatron": "skipped"}, status
+                      "deepspeed": "passed", "megatron": "skipped", "cpu-ops": "passed", "dcgm": "skipped",
+                      "nccl-tests": "skipped"}, status
+    assert report["mode"] == "CPU only (gloo): no GPU, NCCL or fabric was exercised"
     by_id = {r["id"]: r for r in report["results"]}
+    # Issue 35: one step of each prebuilt CPU op in a process of its own (cpu_adam, compiled for x86-64-v2).
+    assert by_id["cpu-ops"]["detail"].startswith("one step of cpu_adam on every rank's CPU"), by_id["cpu-ops"]
+    assert by_id["nccl-tests"]["detail"] == "needs GPUs (this run is CPU only)"
     assert by_id["megatron"]["detail"] == "megatron-core is not in this image"
     assert "DeepSpeedCPUAdam" in by_id["deepspeed"]["detail"] and "identical on every rank" in by_id["deepspeed"]["detail"]
     sweep = by_id["allreduce-bw"]["numbers"]["sweep"]
@@ -45,7 +50,7 @@ def test_node_check_on_the_released_stack_passes_with_two_ranks(work, first):
     assert by_id["env"]["numbers"]["rank0"]["env:DS_ACCELERATOR"] == "cpu"   # the stack's runtime layer
 
 
-@pytest.mark.parametrize("fault", ["1:matmul", "1:matmul", "1:env", "1:collectives"])
+@pytest.mark.parametrize("fault", ["1:matmul", "1:matmul", "1:env", "1:collectives", "1:cpu-ops", "1:cpu-ops"])
 def test_a_rank_broken_on_purpose_fails_the_check_and_is_named(work, first, fault):
     f = str(stacks_file(work, "stacks"))
     check = fault.split(":")[1]
@@ -56,6 +61,9 @@ def test_a_rank_broken_on_purpose_fails_the_check_and_is_named(work, first, faul
     ranks = "0, 1" if check == "env" else "1"
     assert f"{check} (rank {ranks}) failed" in proc.stderr, proc.stderr[-2000:]
     assert f"FAIL {check}" in proc.stdout and f"[rank {ranks}]" in proc.stdout
+    if check == "cpu-ops":   # issue 35: an op that dies of SIGILL on a node is named, with why
+        assert "rank 1 on " in proc.stdout and "cpu_adam SIGILL: its compiled code uses an instruction this CPU lacks" \
+            in proc.stdout, proc.stdout[-2000:]
 
 
 def _slurm_up() -> bool:

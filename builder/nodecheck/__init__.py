@@ -49,9 +49,35 @@ class NodeReport:
     def ok(self) -> bool:
         return all(r["status"] != "failed" for r in self.results)
 
+    @property
+    def mode(self) -> str:
+        """What the run exercised: NCCL on GPUs, or the CPU alone (gloo), said so a pass is not read as more."""
+        if self.backend == "nccl":
+            return f"GPUs: NCCL on {self.world_size} rank(s)"
+        return (f"CPU only ({self.backend}): no GPU, NCCL or fabric was exercised")
+
     def to_json(self) -> dict:
-        return {"image": self.image, "world_size": self.world_size, "backend": self.backend, "ok": self.ok,
-                "seconds": self.seconds, "results": self.results}
+        return {"image": self.image, "world_size": self.world_size, "backend": self.backend, "mode": self.mode,
+                "ok": self.ok, "seconds": self.seconds, "results": self.results}
+
+
+def gpus_per_node(stack) -> tuple[int | None, str]:
+    """The GPUs of each node a GPU stack runs on, and where that comes from: its own or the site's
+    gpus_per_node, else the catalog's systems of its GPUs where they agree. (None, why) where nobody says."""
+    if not stack.gpus:
+        return 0, "the stack names no GPU"
+    if stack.gpus_per_node:
+        return stack.gpus_per_node, "gpus_per_node of the stack or site.node_check"
+    from builder.core import cpubaseline
+    names = {g.name for g in stack.gpus}
+    found = {s.name: s.gpus_per_node for s in cpubaseline.systems() if names & set(s.gpus) and s.gpus_per_node}
+    counts = set(found.values())
+    if len(counts) == 1:
+        return counts.pop(), "the catalog's systems of " + ", ".join(sorted(names)) + " (" + ", ".join(
+            f"{k}: {v}" for k, v in sorted(found.items())) + ")"
+    why = ("the catalog's systems disagree (" + ", ".join(f"{k}: {v}" for k, v in sorted(found.items())) + ")"
+           if found else "no system of " + ", ".join(sorted(names)) + " in the catalog")
+    return None, why
 
 
 def released_image(spec: Spec, target) -> str:
@@ -131,7 +157,7 @@ def worker_argv(procs: int, options: dict, port: int = 29500, framework: str = "
 KUBECTL_PREFIX = re.compile(r"^\[pod/[a-z0-9.-]+/[a-z0-9-]+\] ")
 
 
-def parse(image: str, stdout: str, stderr: str, returncode: int) -> NodeReport:
+def parse(image: str, stdout: str, stderr: str, returncode: int, limits: dict | None = None) -> NodeReport:
     """The report in a check's output: a container's, a Slurm job's, or pods' logs as kubectl prints them."""
     lines = (KUBECTL_PREFIX.sub("", l, count=1) for l in reversed(stdout.splitlines()))
     line = next((l for l in lines if l.startswith(RESULT_TAG)), None)
@@ -139,12 +165,55 @@ def parse(image: str, stdout: str, stderr: str, returncode: int) -> NodeReport:
         tail = (stderr or stdout).strip()[-1500:]
         raise NodeCheckFailed(f"the check did not finish in {image} (exit {returncode}): {tail}")
     data = json.loads(line[len(RESULT_TAG):])
-    return NodeReport(image=image, world_size=data["world_size"], backend=data["backend"], results=data["results"],
-                      seconds=data["seconds"], log=stderr)
+    return NodeReport(image=image, world_size=data["world_size"], backend=data["backend"],
+                      results=judge_bandwidth(data["results"], limits or {}), seconds=data["seconds"], log=stderr)
+
+
+def judge_bandwidth(results: list, limits: dict) -> list:
+    """The bandwidth the worker measured, judged here (the worker only measures): each node's all_reduce_perf
+    (nccl-tests) against the intra-node threshold, and the NCCL all-reduce sweep across nodes against the
+    inter-node one. limits: {"intra": GB/s, "inter": GB/s} a site set (site.node_check.min_busbw_gbps); the
+    catalog's figure for the GPU otherwise (busbw.threshold). A run too small to compare is not a pass."""
+    from builder.nodecheck import busbw
+    out = []
+    hosts = next((r["numbers"].get("hosts") for r in results if r["id"] == "env"), None) or []
+    for r in results:
+        r = dict(r)
+        if r["id"] == "nccl-tests" and r["status"] == "passed":
+            verdicts = []
+            for node in r["numbers"].get("nodes", []):
+                run = busbw.parse(node["output"])
+                gpu = _catalog_gpu(run.device)
+                status, detail = busbw.judge(run, busbw.threshold(gpu, "intra", limits.get("intra")), "intra")
+                verdicts.append((status, detail))
+            bad = [d for s, d in verdicts if s in ("failed", "not comparable")]
+            r["status"] = "failed" if bad else "passed"
+            r["detail"] = "; ".join(d for _, d in verdicts) or r["detail"]
+        if r["id"] == "allreduce-bw" and len(hosts) > 1 and r["status"] == "passed":
+            rows = [busbw.Row(x["bytes"], x["busbw_GBps"], x["busbw_GBps"], 0) for x in r["numbers"].get("sweep", [])]
+            device = next((x["numbers"].get("rank0", {}).get("device") for x in results if x["id"] == "env"), None)
+            run = busbw.Run(tuple(rows), tuple(hosts), 0, device or "")
+            status, detail = busbw.judge(run, busbw.threshold(_catalog_gpu(device or ""), "inter", limits.get("inter")),
+                                         "inter")
+            if status in ("failed", "not comparable"):
+                r["status"], r["detail"] = "failed", detail
+            else:
+                r["detail"] = f"{r['detail']}; {detail}"
+        out.append(r)
+    return out
+
+
+def _catalog_gpu(device: str) -> str | None:
+    """The catalog's GPU in a device name as CUDA prints it ("NVIDIA H100 80GB HBM3" -> H100)."""
+    from builder.core import catalog
+    words = set(re.split(r"[\s,-]+", device.upper()))
+    found = [name for name in catalog.gpus() if name.upper() in words]
+    return max(found, key=len) if found else None
 
 
 def run(engine: Engine, image: str, procs: int = 2, gpus: bool | None = None, env: dict | None = None,
-        options: dict | None = None, timeout: float = 900, framework: str | None = None) -> NodeReport:
+        options: dict | None = None, timeout: float = 900, framework: str | None = None,
+        limits: dict | None = None) -> NodeReport:
     """Run the check in `image` with `procs` ranks. gpus: NCCL on the engine's GPUs (default: when it has
     any). env: variables every rank gets (a fault put in on purpose, a site's NCCL settings). A release of
     several platforms (an index) runs its entry for the engine's own platform, the node's. framework:
@@ -163,7 +232,7 @@ def run(engine: Engine, image: str, procs: int = 2, gpus: bool | None = None, en
                                hostname="localhost" if framework == "jax" and not gpus else None,
                                gpus=gpus, env={**base_env, **_fault(), **(env or {})}, shm_size="1g", timeout=timeout,
                                platform=platform)
-    return parse(image, res.stdout, res.stderr, res.returncode)
+    return parse(image, res.stdout, res.stderr, res.returncode, limits)
 
 
 def run_squashfs(sqsh: Path, procs: int = 2, options: dict | None = None, timeout: float = 900,
@@ -186,7 +255,7 @@ def run_squashfs(sqsh: Path, procs: int = 2, options: dict | None = None, timeou
 
 
 def table(report: NodeReport) -> str:
-    rows = [f"node check: {report.image}", f"  {report.world_size} ranks, {report.backend}, {report.seconds} s"]
+    rows = [f"node check: {report.image}", f"  {report.world_size} ranks, {report.backend}, {report.seconds} s; {report.mode}"]
     for r in report.results:
         word = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}[r["status"]]
         ranks = f" [rank {', '.join(map(str, r['bad_ranks']))}]" if r["bad_ranks"] else ""
@@ -201,5 +270,5 @@ def table(report: NodeReport) -> str:
     return "\n".join(rows)
 
 
-__all__ = ["NodeCheckFailed", "NodeReport", "released_image", "run", "table", "framework_of",
+__all__ = ["NodeCheckFailed", "NodeReport", "released_image", "gpus_per_node", "run", "table", "framework_of",
            "worker_file", "WORKER", "JAX_WORKER", "IN_IMAGE"]

@@ -96,6 +96,11 @@ def manifests(image: str, nodes: int, procs_per_node: int, gpus_per_node: int = 
     pod = {"subdomain": name, "restartPolicy": "Never", "containers": [container],
            "volumes": [{"name": "worker", "configMap": {"name": f"{name}-worker"}},
                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}]}
+    if nodes > 1:
+        # One pod per node, required: two pods on one 8-GPU node would "pass" a multi-node check that never
+        # crossed the fabric.
+        pod["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": selector}, "topologyKey": "kubernetes.io/hostname"}]}}
     if settings.node_selector:
         pod["nodeSelector"] = dict(settings.node_selector)
     if settings.image_pull_secret:

@@ -13,6 +13,13 @@ Checks (ids as `imgbuild node-check` prints them):
   deepspeed    deepspeed.initialize with ZeRO stage 2 and a few steps of a tiny model: loss goes down
                and is identical on every rank (cpu_adam through optimizer offload on CPU, fused on GPU)
   megatron     Megatron-Core tensor parallel 2 and pipeline parallel 2 against the one-process loss
+  cpu-ops      one step of each CPU optimizer op DeepSpeed prebuilt (cpu_adam, cpu_adagrad, cpu_lion), each in a
+               process of its own: an instruction this node's CPU lacks ends it with SIGILL, named here rather
+               than in a training job (on GPU nodes the deepspeed check uses fused Adam, never cpu_adam)
+  dcgm         `dcgmi diag -r 1` on each node's first rank, where DCGM is installed (GPU nodes)
+  nccl-tests   NCCL's own all_reduce_perf over the node's GPUs at 1-8 GiB on each node's first rank, where the
+               image ships it (GPU nodes); `imgbuild node-check` judges its bus bandwidth against the
+               threshold of the GPU system (builder/nodecheck/busbw.py)
 
 IMGBUILD_NODE_CHECK_PERTURB=RANK:CHECK is a fault put in on purpose (tests, and a site proving that its
 check fails): that rank's matmul result, all-reduce result or environment is made wrong.
@@ -239,6 +246,105 @@ def check_deepspeed(ctx: Ctx, steps: int) -> dict:
                   f"{losses[0]:.4f} -> {losses[-1]:.4f}, identical on every rank", (), numbers)
 
 
+# One optimizer step of a prebuilt DeepSpeed CPU op, run by a process of its own: its exit says whether the
+# op's compiled code runs on this CPU (SIGILL: -4), without taking the rank down.
+CPU_OPS = {
+    "cpu_adam": "from deepspeed.ops.adam import DeepSpeedCPUAdam as Opt",
+    "cpu_adagrad": "from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad as Opt",
+    "cpu_lion": "from deepspeed.ops.lion import DeepSpeedCPULion as Opt",
+}
+CPU_STEP = """
+import torch
+{load}
+p = torch.nn.Parameter(torch.ones(64))
+opt = Opt([p], lr=0.1)
+p.grad = torch.ones(64)
+opt.step()
+assert float(p.detach()[0]) < 1.0, p
+print("step ok", float(p.detach()[0]))
+"""
+
+
+def check_cpu_ops(ctx: Ctx) -> dict:
+    try:
+        from deepspeed.git_version_info import installed_ops
+    except Exception:
+        return result("cpu-ops", "skipped", "deepspeed is not in this image")
+    import subprocess
+    prebuilt = [op for op in CPU_OPS if installed_ops.get(op)]
+    if not prebuilt:
+        return result("cpu-ops", "skipped", "DeepSpeed prebuilt no CPU op (" + ", ".join(CPU_OPS) + ") in this image")
+    mine = {}
+    # The fault put in on purpose: the op's process dies of SIGILL, as it would on a CPU without its instructions.
+    fault = "import os, signal; os.kill(os.getpid(), signal.SIGILL)\n" if perturbed(ctx.rank, "cpu-ops") else ""
+    for op in prebuilt:
+        proc = subprocess.run([sys.executable, "-c", fault + CPU_STEP.format(load=CPU_OPS[op])], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=600)
+        out = proc.stdout.decode(errors="replace").strip().splitlines()
+        mine[op] = {"rc": proc.returncode, "last": (out or [""])[-1][:200]}
+    every = ctx.gather({"host": socket.gethostname(), "ops": mine})
+    bad, said = [], []
+    for r, got in enumerate(every):
+        for op, res in got["ops"].items():
+            if res["rc"] != 0:
+                bad.append(r)
+                why = ("SIGILL: its compiled code uses an instruction this CPU lacks (see the image's CPU baseline)"
+                       if res["rc"] == -4 else f"exit {res['rc']}: {res['last']}")
+                said.append(f"rank {r} on {got['host']}: {op} {why}")
+    if bad:
+        return result("cpu-ops", "failed", "; ".join(said[:8]), set(bad), {"ops": prebuilt})
+    return result("cpu-ops", "passed", f"one step of {', '.join(prebuilt)} on every rank's CPU "
+                  f"({len({g['host'] for g in every})} host(s))", (), {"ops": prebuilt})
+
+
+def per_node(ctx: Ctx, run) -> list:
+    """run() on the first rank of each node (LOCAL_RANK 0, as torchrun and Slurm's tasks set it), what those
+    returned gathered on every rank; a node whose run returned None (a tool it lacks) is left out."""
+    first = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0"))) == 0
+    return [got for got in ctx.gather(run() if first else None) if got]
+
+
+def _tool(ctx: Ctx, argv: list, timeout: float) -> dict:
+    import subprocess
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    return {"host": socket.gethostname(), "rc": proc.returncode, "output": proc.stdout.decode(errors="replace")[-20000:]}
+
+
+def check_dcgm(ctx: Ctx) -> dict:
+    import shutil
+    if ctx.device.type != "cuda":
+        return result("dcgm", "skipped", "needs GPUs (this run is CPU only)")
+    every = per_node(ctx, lambda: _tool(ctx, ["dcgmi", "diag", "-r", "1"], 900) if shutil.which("dcgmi") else None)
+    if not every:
+        return result("dcgm", "skipped", "dcgmi is not installed (DCGM's diagnostics run where it is)")
+    bad = [g for g in every if g["rc"] != 0]
+    if bad:
+        return result("dcgm", "failed", "; ".join(f"dcgmi diag -r 1 on {g['host']}: exit {g['rc']}: "
+                                                  + " | ".join(g["output"].strip().splitlines()[-3:]) for g in bad),
+                      (), {"nodes": every})
+    return result("dcgm", "passed", f"dcgmi diag -r 1 passed on {len(every)} node(s)", (), {"nodes": every})
+
+
+def check_nccl_tests(ctx: Ctx) -> dict:
+    """all_reduce_perf over this node's GPUs (one process, -g N), 1 to 8 GiB, on each node's first rank. The
+    output goes back whole: `imgbuild node-check` parses and judges it (builder/nodecheck/busbw.py)."""
+    import shutil
+    if ctx.device.type != "cuda":
+        return result("nccl-tests", "skipped", "needs GPUs (this run is CPU only)")
+    tool = shutil.which("all_reduce_perf") or next((p for p in ("/usr/local/bin/all_reduce_perf",
+                                                                "/opt/nccl-tests/build/all_reduce_perf") if os.path.exists(p)), None)
+    gpus = str(ctx.torch.cuda.device_count())
+    every = per_node(ctx, lambda: _tool(ctx, [tool, "-b", "1G", "-e", "8G", "-f", "2", "-g", gpus], 1800) if tool else None)
+    if not every:
+        return result("nccl-tests", "skipped", "all_reduce_perf is not in this image (NVIDIA's nccl-tests)")
+    bad = [g for g in every if g["rc"] != 0]
+    if bad:
+        return result("nccl-tests", "failed", "; ".join(f"all_reduce_perf on {g['host']}: exit {g['rc']}: "
+                                                        + g["output"].strip()[-300:] for g in bad), (), {"nodes": every})
+    return result("nccl-tests", "passed", f"all_reduce_perf ran on {len(every)} node(s); the bandwidth is judged "
+                  "by imgbuild node-check", (), {"nodes": every})
+
+
 def check_megatron(ctx: Ctx) -> dict:
     try:
         import megatron.core  # noqa: F401
@@ -334,10 +440,16 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     ctx = Ctx(torch, dist, torch.device("cuda", local) if gpu else torch.device("cpu"), rank, world)
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    checks = [("env", lambda: check_env(ctx)), ("matmul", lambda: check_matmul(ctx, args.matmul_n)),
+    if gpu and args.sizes == ap.get_default("sizes"):
+        # On GPUs the peak bus bandwidth is reached at 1 GiB and above: the sweep goes there, so the figure
+        # across nodes can be judged (builder/nodecheck/busbw.py refuses a smaller one as not comparable).
+        sizes += [1 << 30, 2 << 30]
+    # DCGM's diagnostics first: a GPU it finds broken explains every failure after it.
+    checks = [("dcgm", lambda: check_dcgm(ctx)), ("env", lambda: check_env(ctx)), ("matmul", lambda: check_matmul(ctx, args.matmul_n)),
               ("collectives", lambda: check_collectives(ctx)),
               ("allreduce-bw", lambda: check_allreduce_bw(ctx, sizes, args.iters)),
-              ("deepspeed", lambda: check_deepspeed(ctx, args.steps)), ("megatron", lambda: check_megatron(ctx))]
+              ("deepspeed", lambda: check_deepspeed(ctx, args.steps)), ("megatron", lambda: check_megatron(ctx)),
+              ("cpu-ops", lambda: check_cpu_ops(ctx)), ("nccl-tests", lambda: check_nccl_tests(ctx))]
     wanted = set(filter(None, args.only.split(",")))
     results = []
     for name, run in checks:
