@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import shutil
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -155,6 +156,9 @@ class Builder:
         self.twins: set[str] = set()     # layer names that two nodes of the plan bear (other parents)
         self.gpu = engine.has_gpu() if gpu is None else gpu
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+        # Set when the run is interrupted (Ctrl-C, SIGTERM): a node whose build ended just before the signal
+        # must not go on to validate and publish in its worker thread while the run unwinds.
+        self.stopping = threading.Event()
         # Names this run's staged images: CI jobs in containers on many hosts share pids and seconds.
         self.stage_id = secrets.token_hex(4)
         self.locals: list[tuple] = []    # (engine, local image) this run built and checked (removed when it ends)
@@ -267,7 +271,8 @@ class Builder:
                 return NodeResult(key=plan.nodes[key].short, layer=plan.nodes[key].name, action="blocked",
                                   status="blocked")
 
-            def abort() -> None:   # works waiting for a parent's outcome give up
+            def abort() -> None:   # works waiting for a parent's outcome give up; none publishes any more
+                self.stopping.set()
                 for h in handoffs.values():
                     h.done.set()
 
@@ -427,6 +432,11 @@ class Builder:
         if up.result.status != "passed":
             raise ParentFailed(f"not published: {plan.nodes[node.parent].name} beneath it did not pass")
 
+    def stop_point(self) -> None:
+        """Between a node's steps: an interrupted run goes no further (its key stays absent)."""
+        if self.stopping.is_set():
+            raise ParentFailed("not published: the run was stopped")
+
     @property
     def pipelined(self) -> bool:
         """Whether a child may build on its parent's local image: the engine's built-in BuildKit reads
@@ -435,6 +445,7 @@ class Builder:
 
     def checked(self, node: Node, local: str, labels: dict, prefix: str):
         """Validate a freshly built image; a failure keeps it locally and is raised."""
+        self.stop_point()
         results, facts = self.validate(node, local, prefix)
         if not all(r.ok for r in results):
             self.record(node, facts, results, None, labels)
@@ -493,6 +504,7 @@ class Builder:
              adopt that one; else point the key tag at ours (a manifest PUT of the same bytes).
         A job killed before 3 leaves the key absent; after 3 the key has its image and its proof.
         Returns (the digest the key names, whether it is ours)."""
+        self.stop_point()
         repo = self.repo(node)
         staging = f"{self.spec.site.registry}/{repo}:{pending_tag(node.short, self.stage_id)}"
         engine = self.on(node).engine
