@@ -5,7 +5,7 @@
 #
 #   scripts/cold-ci.sh DIR     DIR must not exist; the clone is DIR/main, its output DIR/ci.log
 #
-# What is emptied, in order: the second engine (scripts/second-engine.sh stop), the registry and dockerd
+# What is emptied, in order: the second engines B and C (scripts/second-engine.sh stop), the registry and dockerd
 # (with its containerd) stopped; /var/lib/docker and /var/lib/containerd (images, containers, BuildKit's
 # cache and its pip cache mount), /var/lib/imgbuild (the registry's storage, the debootstrapped Debian roots
 # of both platforms, the git mirrors, the CUDA toolchain, engine B's data) deleted. The Debian packages
@@ -18,7 +18,10 @@ dir="${1:?usage: scripts/cold-ci.sh DIR (a new folder)}"
 [ ! -e "$dir" ] || { echo "cold-ci: $dir exists" >&2; exit 2; }
 log() { echo "[cold-ci] $(date -u +%H:%M:%S) $*"; }
 
+# Both second engines the tests start (B, and C: tests/conftest.py SECOND_ENGINES).
 [ -x "$here/scripts/second-engine.sh" ] && bash "$here/scripts/second-engine.sh" stop >/dev/null 2>&1 || true
+[ -x "$here/scripts/second-engine.sh" ] && IMGBUILD_ENGINE_B_DIR=/var/lib/imgbuild/engine-c \
+    bash "$here/scripts/second-engine.sh" stop >/dev/null 2>&1 || true
 for pf in /var/lib/imgbuild/registry/registry.pid; do
     [ -f "$pf" ] && kill "$(cat "$pf")" 2>/dev/null || true
 done

@@ -13,7 +13,7 @@
 #                  (1) every test but those marked `exclusive`, two at a time, each file whole on one
 #                  worker (--dist loadfile), the files that build on the session's cpu-smoke first, then
 #                  the other docker files, then the rest (tests/conftest.py); (2) the `exclusive` tests
-#                  (they stop the shared registry or empty engine B) in one process after it. Two workers
+#                  (they stop the shared registry) in one process after it. Two workers
 #                  fill the time one spends waiting on a push, a container or a sleeping compile: with warm
 #                  caches a single process left a core idle a third of the time (vmstat, 2026-12-05).
 #                  The exit code is the first failing part's; either part collecting no test is exit 5.

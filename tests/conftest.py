@@ -57,7 +57,7 @@ def pytest_runtest_setup(item):
 # serial run. (xdist's loadgroup, which could keep several files on one worker, does nothing under
 # pytest 9: it renames item._nodeid, which pytest 9 no longer reads.) Every docker file depends only on
 # `first` and on its own earlier tests, never on another file's; a test that changes what the workers
-# share (stops the registry, empties engine B) is marked `exclusive` and runs after, alone. Under xdist
+# share (stops the registry) is marked `exclusive` and runs after, alone; a test that empties an engine has one of its own (engine C). Under xdist
 # the files are handed out longest first: the files that build on this session's cpu-smoke (`first`,
 # `work`), the other docker files, the slow unit files, the rest. Without xdist nothing is reordered.
 SHARED_STATE = {"work", "first"}
@@ -257,16 +257,32 @@ def keywords(dockerfile: str) -> list[str]:
     return [k for k, _ in instructions(dockerfile)]
 
 
-@pytest.fixture(scope="module")
-def engine_b() -> dict:
-    """The environment that points imgbuild at engine B, a second dockerd with its own data root and
-    BuildKit cache (scripts/second-engine.sh). Its containers have no NAT (second-engine.sh says why), so
-    its builds use the host network, as such a runner would be configured."""
+# The second engines the tests start (scripts/second-engine.sh): B is what test_docker_engines.py shares a
+# registry with; C is test_docker_resolve.py's clean runner, which it empties (images and BuildKit cache)
+# before each build, so it must be no engine another test builds on at the same time.
+SECOND_ENGINES = {"b": {}, "c": {"IMGBUILD_ENGINE_B_DIR": "/var/lib/imgbuild/engine-c",
+                              "IMGBUILD_ENGINE_B_BRIDGE": "imgb2", "IMGBUILD_ENGINE_B_ADDR": "10.214.0.1/24"}}
+
+
+def second_engine(which: str) -> dict:
+    """The environment that points imgbuild at a second dockerd with its own data root and BuildKit cache
+    (scripts/second-engine.sh). Its containers have no NAT (second-engine.sh says why), so its builds use
+    the host network, as such a runner would be configured."""
     proc = subprocess.run(["bash", str(REPO / "scripts" / "second-engine.sh"), "start"], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, env={**os.environ, **SECOND_ENGINES[which]})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     host = proc.stdout.strip().splitlines()[-1].partition("=")[2]
     return {"DOCKER_HOST": host, "IMGBUILD_BUILD_NETWORK": "host"}
+
+
+@pytest.fixture(scope="module")
+def engine_b() -> dict:
+    return second_engine("b")
+
+
+@pytest.fixture(scope="module")
+def engine_c() -> dict:
+    return second_engine("c")
 
 
 @pytest.fixture

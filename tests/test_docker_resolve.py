@@ -71,18 +71,16 @@ def _build_and_freeze(work: Path, f: Path, env: dict) -> tuple[str, str]:
 
 
 def _clean(engine: dict) -> None:
-    """Engine B forgets every image and its whole BuildKit cache: a clean runner."""
+    """The engine (C) forgets every image and its whole BuildKit cache: a clean runner."""
     env = {**os.environ, "DOCKER_HOST": engine["DOCKER_HOST"]}
     for argv in (["builder", "prune", "-af"], ["image", "prune", "-af"]):
         proc = subprocess.run([DOCKER, *argv], capture_output=True, text=True, env=env, timeout=600)
         assert proc.returncode == 0, proc.stderr
 
 
-# exclusive: it empties engine B (images and BuildKit cache), which test_docker_engines.py builds on.
-@pytest.mark.exclusive
-def test_same_key_same_image_across_time(work, index, engine_b):
+def test_same_key_same_image_across_time(work, index, engine_c):
     """Issue 21's promise. The demo stack is locked and built while the index has demo-dep 1.0; then
-    demo-dep 1.1 is published, and the same key is built again on a clean engine (B, cache and images
+    demo-dep 1.1 is published, and the same key is built again on a clean engine (C, cache and images
     pruned). From the lock, `pip list --format=freeze` is the same byte for byte. The control, the same
     two builds of the stack without a lock file (what every build was before the lock), drifts to 1.1:
     the test can tell, and shows what the code before this change did."""
@@ -107,11 +105,11 @@ def test_same_key_same_image_across_time(work, index, engine_b):
 
     locked_b = _site(work, "drift-locked-b", NS + "-drift-b")
     shutil.copy2(locked_a.with_name("stacks.lock.yaml"), locked_b.with_name("stacks.lock.yaml"))
-    _clean(engine_b)
-    key_b, freeze_b = _build_and_freeze(work, locked_b, {**env, **engine_b})
+    _clean(engine_c)
+    key_b, freeze_b = _build_and_freeze(work, locked_b, {**env, **engine_c})
     plain_b = _site(work, "drift-plain-b", NS + "-drift-d")
-    _clean(engine_b)
-    key_d, freeze_d = _build_and_freeze(work, plain_b, {**env, **engine_b})
+    _clean(engine_c)
+    key_d, freeze_d = _build_and_freeze(work, plain_b, {**env, **engine_c})
     assert key_b == key_a and freeze_b == freeze_a, (freeze_a, freeze_b)
     assert key_d == key_c and "imgbuild-demo-dep==1.1" in freeze_d, freeze_d   # the control drifted
     assert freeze_d != freeze_c
