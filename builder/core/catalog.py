@@ -134,6 +134,12 @@ def _data() -> dict:
     return load_file(CATALOG_FILE).data
 
 
+def section(name: str) -> dict:
+    """One top-level section of the catalog as written (cpu_levels, gpu_host_cpus, nccl_busbw): for the
+    modules that type their own records (builder.core.cpubaseline, builder.nodecheck.busbw)."""
+    return _data().get(name) or {}
+
+
 @cache
 def gpus() -> dict[str, Gpu]:
     return {name: Gpu(name=name, cc=rec["cc"], min_cuda=Version(rec["min_cuda"]),

@@ -41,7 +41,7 @@ class Baseline:
 @cache
 def levels() -> dict[str, Level]:
     """Every level of the catalog, each with the features of the levels before it on its platform."""
-    data = catalog._data()["cpu_levels"]["levels"]
+    data = catalog.section("cpu_levels")["levels"]
     out, seen = {}, {}
     for name, rec in data.items():
         platform = rec["platform"]
@@ -57,12 +57,12 @@ def level(name: str) -> Level | None:
 
 
 def source() -> str:
-    return catalog._data()["cpu_levels"]["source"]
+    return catalog.section("cpu_levels")["source"]
 
 
 @cache
 def _rules() -> dict:
-    return catalog._data()["cpu_levels"]
+    return catalog.section("cpu_levels")
 
 
 def beyond_every_level(feature: str) -> bool:
@@ -118,18 +118,18 @@ class System:
 
 @cache
 def systems() -> tuple[System, ...]:
-    rec = catalog._data()["gpu_host_cpus"]["systems"]
+    rec = catalog.section("gpu_host_cpus")["systems"]
     return tuple(System(name=name, gpus=tuple(r["gpus"]), cpu=r["cpu"], level=r["level"], source=r["source"],
                         verified=bool(r.get("verified")), gpus_per_node=r.get("gpus_per_node"))
                  for name, r in rec.items())
 
 
 def default(platform: str) -> Level:
-    return levels()[catalog._data()["gpu_host_cpus"]["defaults"][platform]]
+    return levels()[catalog.section("gpu_host_cpus")["defaults"][platform]]
 
 
 def default_source() -> str:
-    return catalog._data()["gpu_host_cpus"]["default_source"]
+    return catalog.section("gpu_host_cpus")["default_source"]
 
 
 def derive(gpus: tuple, platform: str) -> Baseline:

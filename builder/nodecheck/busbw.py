@@ -81,7 +81,7 @@ def threshold(gpu: str | None, scope: str, site_gbps: float | None = None) -> Th
     this GPU and scope (intra: one node's NVLink; inter: across nodes). None: nobody knows one."""
     if site_gbps is not None:
         return Threshold(site_gbps, f"site.node_check.min_busbw_gbps.{scope}")
-    rec = (catalog._data().get("nccl_busbw") or {}).get(scope, {}).get(gpu or "")
+    rec = catalog.section("nccl_busbw").get(scope, {}).get(gpu or "")
     if not rec:
         return None
     return Threshold(round(rec["busbw_gbps"] * FRACTION, 1),

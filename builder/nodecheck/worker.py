@@ -304,7 +304,7 @@ def per_node(ctx: Ctx, run) -> list:
     return [got for got in ctx.gather(run() if first else None) if got]
 
 
-def _tool(ctx: Ctx, argv: list, timeout: float) -> dict:
+def _tool(argv: list, timeout: float) -> dict:
     import subprocess
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
     return {"host": socket.gethostname(), "rc": proc.returncode, "output": proc.stdout.decode(errors="replace")[-20000:]}
@@ -314,7 +314,7 @@ def check_dcgm(ctx: Ctx) -> dict:
     import shutil
     if ctx.device.type != "cuda":
         return result("dcgm", "skipped", "needs GPUs (this run is CPU only)")
-    every = per_node(ctx, lambda: _tool(ctx, ["dcgmi", "diag", "-r", "1"], 900) if shutil.which("dcgmi") else None)
+    every = per_node(ctx, lambda: _tool(["dcgmi", "diag", "-r", "1"], 900) if shutil.which("dcgmi") else None)
     if not every:
         return result("dcgm", "skipped", "dcgmi is not installed (DCGM's diagnostics run where it is)")
     bad = [g for g in every if g["rc"] != 0]
@@ -334,7 +334,7 @@ def check_nccl_tests(ctx: Ctx) -> dict:
     tool = shutil.which("all_reduce_perf") or next((p for p in ("/usr/local/bin/all_reduce_perf",
                                                                 "/opt/nccl-tests/build/all_reduce_perf") if os.path.exists(p)), None)
     gpus = str(ctx.torch.cuda.device_count())
-    every = per_node(ctx, lambda: _tool(ctx, [tool, "-b", "1G", "-e", "8G", "-f", "2", "-g", gpus], 1800) if tool else None)
+    every = per_node(ctx, lambda: _tool([tool, "-b", "1G", "-e", "8G", "-f", "2", "-g", gpus], 1800) if tool else None)
     if not every:
         return result("nccl-tests", "skipped", "all_reduce_perf is not in this image (NVIDIA's nccl-tests)")
     bad = [g for g in every if g["rc"] != 0]
