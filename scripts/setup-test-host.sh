@@ -8,6 +8,7 @@
 #   3. a one-machine Slurm cluster (scripts/slurm-local.sh) for the node check's batch job
 #   4. nvcc and cuobjdump from PyPI (scripts/cuda-toolchain.sh), for the arch-coverage reader's tests
 #   5. PyPI's torch wheel for aarch64 (CPU-only up to 2.10) in the wheelhouse, for the two-platform stack
+#   6. a mirror of NVIDIA's nccl-tests, where github.com is reachable, for the nccl-tests kind's build
 # scripts/test.sh runs it after setup-host.sh. Idempotent: a second run only checks and takes seconds.
 #   IMGBUILD_STATE_DIR, IMGBUILD_LOG_DIR   as in setup-host.sh (default /var/lib/imgbuild, /var/log/imgbuild)
 #   IMGBUILD_CUDA_TOOLCHAIN                where the CUDA toolchain goes (scripts/cuda-toolchain.sh)
@@ -89,6 +90,23 @@ else
     mv "$tmp/$ARM_TORCH" "$wheelhouse/$ARM_TORCH.part" && mv "$wheelhouse/$ARM_TORCH.part" "$wheelhouse/$ARM_TORCH"
     rm -rf "$tmp"
     step_done "downloaded to $wheelhouse"
+fi
+
+# ---------------------------------------------------------------- 6. nccl-tests mirror
+# NVIDIA's nccl-tests at the commit the tests pin, for the nccl-tests kind's build (tests/test_docker_cuda.py).
+# A machine without github.com (this project's CI) has none: that one test says so and is skipped.
+step "nccl-tests mirror"
+NCCL_TESTS_COMMIT=a0b82b2260cf5152b9f8c061bbf7eaf0ba096432   # v2.19.6
+mirror="${IMGBUILD_GIT_MIRRORS:-$STATE_DIR/git}/nccl-tests.git"
+if git -C "$mirror" cat-file -e "$NCCL_TESTS_COMMIT^{commit}" 2>/dev/null; then
+    step_done "$mirror has $NCCL_TESTS_COMMIT"
+elif timeout 120 git clone --quiet --mirror https://github.com/NVIDIA/nccl-tests.git "$mirror.part" >"$LOG_DIR/nccl-tests.log" 2>&1 &&
+        git -C "$mirror.part" cat-file -e "$NCCL_TESTS_COMMIT^{commit}"; then
+    rm -rf "$mirror" && mv "$mirror.part" "$mirror"
+    step_done "cloned to $mirror"
+else
+    rm -rf "$mirror.part"
+    step_done "not reachable (github.com): the nccl-tests build test is skipped ($(tail -n 1 "$LOG_DIR/nccl-tests.log" 2>/dev/null))"
 fi
 
 log "---------------- summary ----------------"

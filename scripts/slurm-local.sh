@@ -8,6 +8,7 @@ set -euo pipefail
 conf=/etc/slurm/slurm.conf
 log=/var/log/imgbuild-slurm
 host=$(hostname -s)
+GPUS=8   # declared, not real: see gres.conf in start()
 
 die() { echo "slurm-local: $*" >&2; exit 1; }
 
@@ -24,7 +25,7 @@ up() {
 
 start() {
     [ "$(id -u)" = 0 ] || die "run as root"
-    if [ -s "$conf" ] && command -v sinfo >/dev/null && up; then
+    if [ -s "$conf" ] && grep -q '^GresTypes=gpu' "$conf" && command -v sinfo >/dev/null && up; then
         echo "slurm-local: already up ($(sinfo -h -N -o '%N %t %c CPUs' | head -n 1))"
         return 0
     fi
@@ -57,10 +58,19 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
 MpiDefault=none
-NodeName=$host CPUs=$cpus RealMemory=$mem State=UNKNOWN
+GresTypes=gpu
+NodeName=$host CPUs=$cpus RealMemory=$mem Gres=gpu:$GPUS State=UNKNOWN
 PartitionName=local Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
+    # Declared GPUs: this host has none, and no job here uses them. They let Slurm's scheduler judge a GPU
+    # job's request (sbatch --test-only of node-check's GPU script, tests/test_node_gpus.py). Slurm wants a
+    # device file per GPU; these are character devices with /dev/null's numbers, so nothing can misuse them.
+    for i in $(seq 0 $((GPUS - 1))); do [ -e "/dev/imgbuild-gpu$i" ] || mknod -m 600 "/dev/imgbuild-gpu$i" c 1 3; done
+    echo "NodeName=$host Name=gpu File=/dev/imgbuild-gpu[0-$((GPUS - 1))]" > /etc/slurm/gres.conf
     stop
+    # A test cluster keeps no jobs: the controller's saved state would keep a node drained for a reason an
+    # older configuration gave.
+    rm -rf /var/spool/slurmctld/*
     runuser -u munge -- /usr/sbin/munged --force
     /usr/sbin/slurmctld
     /usr/sbin/slurmd

@@ -40,6 +40,21 @@ def docker_unavailable() -> str | None:
     return None
 
 
+def slurm_cluster() -> str | None:
+    """Why the one-machine Slurm cluster (scripts/slurm-local.sh: this host's CPUs, 8 declared GPUs) is not
+    there, or None. Started here when missing where the whole suite runs (as root, after setup-test-host.sh)."""
+    import shutil
+    if not shutil.which("sbatch"):
+        return "no Slurm here: scripts/setup-test-host.sh installs slurm-wlm"
+    up = subprocess.run(["sinfo", "-h", "-N", "-o", "%t %G"], capture_output=True, text=True)
+    if up.returncode == 0 and any(s in up.stdout for s in ("idle", "mix", "alloc")) and "gpu:" in up.stdout:
+        return None
+    if os.geteuid() != 0:
+        return "the local Slurm cluster is not up: scripts/slurm-local.sh start (as root)"
+    start = subprocess.run(["bash", str(REPO / "scripts" / "slurm-local.sh"), "start"], capture_output=True, text=True)
+    return None if start.returncode == 0 else f"scripts/slurm-local.sh start failed: {start.stderr[-500:]}"
+
+
 def pytest_runtest_setup(item):
     # A hook, not a fixture: it runs before the module-scoped fixtures that would start building.
     if not (item.get_closest_marker("docker") or item.get_closest_marker("registry")):

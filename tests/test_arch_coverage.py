@@ -159,6 +159,48 @@ def test_a_binary_built_for_one_arch_fails_a_stack_that_declares_another(tmp_pat
     assert res.status == "passed"
 
 
+def test_nvccs_own_spelling_compiles_exactly_what_the_arch_list_asks_for(tmp_path):
+    """NVCC_GENCODE as imgbuild spells it (nccl-tests' Makefile reads it), given to the real nvcc: the
+    binary holds exactly the code the check wants for the same list, arch-specific and PTX included."""
+    from builder.plan.render import CudaTargets
+    for i, (torch, ptx) in enumerate((("8.0;9.0a;10.0a", False), ("9.0;10.0f", True))):
+        ints = ";".join(a.replace(".", "") for a in torch.split(";"))
+        t = CudaTargets(torch_arch_list=torch, nvte_archs=ints, cmake_archs=ints)
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        so = compile_so(folder, "ext", *t.spell("NVCC_GENCODE", ptx).split())
+        assert probe.cuda_code([str(folder)])[str(folder)] == {str(so): sorted(wanted_code(torch + ("+PTX" if ptx else "")))}
+
+
+def test_a_folder_of_programs_is_read_as_a_folder_of_libraries(tmp_path):
+    """nccl-tests installs executables (bin/all_reduce_perf), not shared objects: a folder's ELF programs are
+    read; a script and a file that is not executable are not."""
+    tk = _toolkit()
+    (tmp_path / "k.cu").write_text(KERNEL + "int main() { return 0; }\n")
+    prog = tmp_path / "bin" / "all_reduce_perf"
+    prog.parent.mkdir()
+    subprocess.run([str(tk / "bin" / "nvcc"), "-gencode", "arch=compute_90,code=sm_90", str(tmp_path / "k.cu"),
+                    "-o", str(prog)], check=True, capture_output=True, timeout=600)
+    (prog.parent / "run.sh").write_text("#!/bin/sh\nexec all_reduce_perf\n")
+    (prog.parent / "run.sh").chmod(0o755)
+    (prog.parent / "copy").write_bytes(prog.read_bytes())   # an ELF file, not executable
+    assert probe.cuda_code([str(prog.parent)]) == {str(prog.parent): {str(prog): ["sm_90"]}}
+    # A package named by import name is read for its shared objects only, as before: a program it carries
+    # (a bundled tool) is not the extension's code.
+    pkg = tmp_path / "site" / "somepkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tool").write_bytes(prog.read_bytes())
+    (pkg / "tool").chmod(0o755)
+    (pkg / "_ext.so").write_bytes(prog.read_bytes())
+    import sys
+    sys.path.insert(0, str(tmp_path / "site"))
+    try:
+        assert list(probe._shared_objects("somepkg")) == [str(pkg / "_ext.so")]
+    finally:
+        sys.path.remove(str(tmp_path / "site"))
+
+
 def test_files_without_device_code_and_non_elf_files_are_left_out(tmp_path):
     (tmp_path / "notes.so").write_text("not an ELF file")
     host = tmp_path / "host.so"
@@ -223,6 +265,11 @@ def test_the_check_gets_the_arch_list_the_layer_is_built_with(tmp_path):
                                  "CMAKE_CUDA_ARCHITECTURES")] == ["8.0;9.0a;10.0a", "80;90a;100a", "80;90a;100a",
                                                                   "80-real;90a-real;100a-real"]
     assert CudaTargets.of(spec.stack("s4"), spec.layers["ext-f"]).spell("CMAKE_CUDA_ARCHITECTURES", ptx=True) == "90-real;100f"
+    assert t.spell("NVCC_GENCODE") == ("-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a "
+                                       "-gencode=arch=compute_100a,code=sm_100a")
+    assert CudaTargets.of(spec.stack("s4"), spec.layers["ext-f"]).spell("NVCC_GENCODE", ptx=True) == (
+        "-gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_100f,code=sm_100f "
+        "-gencode=arch=compute_100f,code=compute_100f")
     assert wanted_code("8.0;9.0a;10.0a") == ["sm_80", "sm_90a", "sm_100a"]
     assert wanted_code("9.0;10.0f+PTX") == ["sm_90", "sm_100f", "compute_100f"]
 

@@ -292,7 +292,7 @@ def test_the_a100_stack_s_gpu_jobs_go_to_a100_runners_only(cli, tmp_path, system
     h100 = gmap["H100" if site == "by model" else "hopper"]
     for stack, want, other in (("a100-deepspeed", a100, h100), ("h100-megatron", h100, a100)):
         gpu_jobs = [j for j in jobs[f"release-{stack}"]["needs"] if j.startswith("gpu-")]
-        assert len(gpu_jobs) == 3 if stack.startswith("a100") else len(gpu_jobs) == 5, gpu_jobs
+        assert len(gpu_jobs) == 3 if stack.startswith("a100") else len(gpu_jobs) == 6, gpu_jobs
         for job in gpu_jobs:
             assert labels(jobs[job]) == want, (stack, job)
             assert labels(jobs[job]) != other
@@ -382,8 +382,9 @@ def test_job_hygiene(cli, tmp_path, system):
     minutes = (lambda j: j["timeout-minutes"]) if system == "github" else \
         (lambda j: sum(int(n) * (60 if u == "h" else 1) for n, u in re.findall(r"(\d+)([hm])", j["timeout"])))
     for name, job in jobs.items():
-        # The two DeepSpeed layers on NGC compile CUDA ops (cpu-smoke's compiles CPU ops only).
-        want = {"node-ds-0.19.5": 300, "node-ds-0_19_5": 300, "node-ds-0.17.6": 300, "node-ds-0_17_6": 300, "node-": 60, "gpu-": 60, "release-": 30, "review": 20, "workflow-current": 20}
+        # The two DeepSpeed layers on NGC compile CUDA ops (cpu-smoke's compiles CPU ops only), and so does nccl-tests.
+        want = {"node-ds-0.19.5": 300, "node-ds-0_19_5": 300, "node-ds-0.17.6": 300, "node-ds-0_17_6": 300,
+                "node-nccl-tests": 300, "node-": 60, "gpu-": 60, "release-": 30, "review": 20, "workflow-current": 20}
         assert minutes(job) == next(v for k, v in want.items() if name.startswith(k)), name
         if system == "gitlab":
             assert job["interruptible"] == (not name.startswith("release-")), name

@@ -21,6 +21,7 @@ build them by hand.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -65,6 +66,22 @@ def cuda_stacks(data: dict) -> None:
     data["layers"]["tiny-cuda-cmake-90a"] = {"kind": "cuda-source", "params": {
         **data["layers"]["tiny-cuda-cmake"]["params"], "arch_suffix": "a"}}
     data["stacks"]["cuda-cmake-90a"] = {**data["stacks"]["cuda-cmake"], "layers": chain + ["tiny-cuda-cmake-90a"]}
+
+
+# NVIDIA's nccl-tests at its 2.19.6 commit, from a mirror: this machine cannot reach github.com, and
+# fetched third-party code is not committed. scripts/setup-test-host.sh clones it where the network allows.
+NCCL_TESTS = {"repo": "file:///var/lib/imgbuild/git/nccl-tests.git", "commit": "a0b82b2260cf5152b9f8c061bbf7eaf0ba096432"}
+# The NCCL of torch's CUDA 13 wheels (torch 2.11's nvidia-nccl-cu13 pin is older; this one goes with CUDA 13.2).
+NCCL_WHEEL = "nvidia-nccl-cu13==2.32.6"
+
+
+def nccl_stacks(data: dict) -> None:
+    cuda_stacks(data)
+    data["layers"]["nccl-2.32"] = {"kind": "pip", "params": {"packages": [NCCL_WHEEL]}}
+    data["layers"]["nccl-tests"] = {"kind": "nccl-tests", "params": {
+        "source": NCCL_TESTS, "version": "2.19.6", "tests": ["all_reduce"], "apt": ["make", "g++"]}}
+    data["stacks"]["nccl-tests-h100"] = {"base": "debian-bookworm", "gpus": ["H100"], "tags": ["{stack}"],
+                                         "layers": ["cpu-torch-2.13", "cuda-13.2-pypi", "nccl-2.32", "nccl-tests"]}
 
 
 def coverage(rep: dict, layer: str) -> dict:
@@ -146,3 +163,25 @@ def test_cmake_turns_the_rendered_spelling_into_exactly_the_declared_code(work, 
     check = coverage(reports(work)[-1], "tiny-cuda-cmake-90a")
     assert check["status"] == "passed" and check["detail"] == \
         "1 binary with CUDA code in /opt/tiny-cmake/lib, each with sm_80, sm_90a, compute_90a", check
+
+
+def test_nccl_tests_are_built_at_their_pin_for_the_stacks_gpus(work, first):
+    """The nccl-tests kind, with the real nccl-tests source at its pinned commit, the real nvcc and NCCL from
+    PyPI: all_reduce_perf is built for exactly the stack's GPU (sm_90, read from the program), its host code
+    within the CPU baseline, the loader finds the wheel's libnccl, it starts (its usage needs no GPU), and it
+    is the all_reduce_perf on PATH that node-check runs. Running it needs GPUs: not here."""
+    mirror = NCCL_TESTS["repo"][len("file://"):]
+    if not os.path.isdir(mirror):
+        pytest.skip(f"no nccl-tests mirror at {mirror}: this machine cannot reach github.com "
+                    "(git clone --mirror https://github.com/NVIDIA/nccl-tests there, where it can)")
+    f = str(stacks_file(work, "nccl-tests", nccl_stacks))
+    proc = imgbuild(work, "build", "stack=nccl-tests-h100", "-f", f)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    node = next(n for n in reports(work)[-1]["nodes"].values() if n["layer"] == "nccl-tests")
+    checks = {c["id"]: c for c in node["checks"]}
+    assert checks["nccl-tests.arch-coverage"]["status"] == "passed", checks
+    assert checks["nccl-tests.arch-coverage"]["detail"] == \
+        "1 binary with CUDA code in /opt/nccl-tests/bin, each with sm_90", checks["nccl-tests.arch-coverage"]
+    for check in ("programs", "cpu-isa", "source-commit"):
+        assert checks[f"nccl-tests.{check}"]["status"] == "passed", checks[f"nccl-tests.{check}"]
+    assert release("nccl-tests-h100", "nccl-tests-h100")

@@ -23,7 +23,7 @@ import yaml
 from builder.nodecheck import run as node_check
 from builder.ship.engine import Engine
 from e2e import NS, REGISTRY, ROOT, imgbuild, release, reports
-from test_docker_nodecheck import _slurm_up
+from conftest import slurm_cluster
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
@@ -120,8 +120,9 @@ def test_an_image_reference_alone_is_checked_as_a_jax_image(work, jax_release):
 
 
 def test_the_slurm_job_runs_the_jax_check_in_two_tasks(work, jax_release, tmp_path):
-    if not _slurm_up():
-        pytest.fail("no Slurm here: scripts/setup-test-host.sh installs slurm-wlm, scripts/slurm-local.sh starts it")
+    why = slurm_cluster()
+    if why:
+        pytest.fail(why)
     job = tmp_path / "node-check.sbatch"
     proc = imgbuild(work, "node-check", "stack=jax-cpu", "--emit-sbatch", str(job), "--nodes", "1", "--procs", "2",
                     "-f", jax_file(work))

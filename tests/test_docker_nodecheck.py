@@ -21,6 +21,7 @@ import subprocess
 
 import pytest
 
+from conftest import slurm_cluster
 from e2e import NS, REGISTRY, imgbuild, release, stacks_file
 from tiny import site
 
@@ -66,19 +67,10 @@ def test_a_rank_broken_on_purpose_fails_the_check_and_is_named(work, first, faul
             in proc.stdout, proc.stdout[-2000:]
 
 
-def _slurm_up() -> bool:
-    if not shutil.which("sbatch"):
-        return False
-    up = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
-    if up.returncode == 0 and any(s in up.stdout for s in ("idle", "mix", "alloc")):
-        return True
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return subprocess.run(["bash", os.path.join(root, "scripts", "slurm-local.sh"), "start"]).returncode == 0
-
-
 def test_the_slurm_job_runs_the_check_in_two_tasks(work, first, tmp_path):
-    if not _slurm_up():
-        pytest.fail("no Slurm here: scripts/setup-test-host.sh installs slurm-wlm, scripts/slurm-local.sh starts it")
+    why = slurm_cluster()
+    if why:
+        pytest.fail(why)
     f = str(stacks_file(work, "stacks"))
     job = tmp_path / "node-check.sbatch"
     proc = imgbuild(work, "node-check", "stack=cpu-smoke", "--emit-sbatch", str(job), "--nodes", "1", "--procs", "2",

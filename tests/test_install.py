@@ -112,7 +112,7 @@ def test_check_all_outside_the_checkout(installed):
     res = installed.imgbuild("check", "--all")
     assert res.returncode == 0, res.stdout + res.stderr
     line = kinds_line(res.stdout)
-    assert line.startswith("kinds: cpu-torch, deepspeed, megatron, ngc-pytorch, project, runtime-env, "
+    assert line.startswith("kinds: cpu-torch, deepspeed, megatron, nccl-tests, ngc-pytorch, project, runtime-env, "
                            "transformer-engine (shipped: ")
     assert "/site-packages/builder/_shipped/layers)" in line and str(REPO) not in res.stdout
     assert "ok: stacks.yaml: 4 stack(s)" in res.stdout

@@ -76,15 +76,15 @@ def mutated(tmp_path):
 
 def test_baseline_covers_every_layer_of_every_stack(baseline):
     assert {s for s, _ in baseline} == set(ALL_STACKS)
-    assert len(baseline) == 5 + 5 + 3 + 4
-    assert len(set(baseline.values())) == len(make_plan(load_spec(STACKS)).nodes) <= 14  # shared nodes
+    assert len(baseline) == 6 + 6 + 3 + 4
+    assert len(set(baseline.values())) == len(make_plan(load_spec(STACKS)).nodes) <= 15  # shared nodes
 
 
 def test_deepspeed_version(baseline, mutated):
     def fn(d):
         d["layers"]["ds-0.19.5-hopper"]["params"]["version"] = "0.19.6"
     expect = downstream("ds-0.19.5-hopper")
-    assert {s for s, _ in expect} == set(H100) and len(expect) == 6
+    assert {s for s, _ in expect} == set(H100) and len(expect) == 8
     assert changed(baseline, mutated(fn)) == expect
 
 
@@ -321,7 +321,7 @@ def test_identical_prefixes_are_one_node(repo_root):
         assert plan.users[key] == ["h100-megatron", "h100-megatron-next"]
     for key in set(a) ^ set(b):
         assert len(plan.users[key]) == 1
-    assert len(plan.nodes) == 17 - common
+    assert len(plan.nodes) == 19 - common
 
 
 def test_parents_chain_the_keys(repo_root):

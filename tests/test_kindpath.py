@@ -97,7 +97,7 @@ def test_the_shipped_kinds_are_the_checkouts_top_level_here():
 def test_check_names_the_folder_of_every_kind_used():
     res = run_cli("check", "--all", "-f", STACKS)
     assert res.code == 0, res.output
-    assert kinds_line(res.out) == (f"kinds: cpu-torch, deepspeed, megatron, ngc-pytorch, project, runtime-env, "
+    assert kinds_line(res.out) == (f"kinds: cpu-torch, deepspeed, megatron, nccl-tests, ngc-pytorch, project, runtime-env, "
                                    f"transformer-engine (shipped: {SHIPPED})")
     assert f"skeleton: Dockerfile.j2 (shipped: {REPO / 'Dockerfile.j2'})" in res.out.splitlines()
 

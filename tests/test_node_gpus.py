@@ -150,6 +150,38 @@ def test_a_gpu_stacks_batch_script_asks_for_its_gpus(tmp_path, released):
     assert "4 task(s) on 4 GPU(s) each" in res.output
 
 
+def test_slurm_itself_accepts_the_gpu_batch_script_and_holds_it_to_its_gpus(tmp_path, released):
+    """Slurm's own parser and scheduler (sbatch --test-only, which starts nothing) on the one-machine cluster of
+    scripts/slurm-local.sh, whose node declares 8 GPUs (no device behind them; nothing runs): the script
+    node-check writes for a GPU stack is accepted as it is, and the same script asking for more GPUs than
+    the node has is refused, so the check can fail. One task per GPU: this node's 2 CPUs hold 2 of them, so
+    the script asks for 2 GPUs here (the directives are the same for 8)."""
+    import os
+    from conftest import slurm_cluster
+    why = slurm_cluster()
+    if why:
+        if os.environ.get("IMGBUILD_REQUIRE_DOCKER") == "1":   # the whole suite, after setup-test-host.sh
+            pytest.fail(why)
+        pytest.skip(why)
+    cpus = int(subprocess.run(["sinfo", "-h", "-N", "-o", "%c"], capture_output=True, text=True).stdout.split()[0])
+    gpus = min(cpus, 8)
+    out = tmp_path / "check.sbatch"
+    res = run_cli("node-check", "stack=h100-megatron", "--emit-sbatch", str(out), "--nodes", "1",
+                  "--gpus-per-node", str(gpus), "-f", str(_stacks(tmp_path)))
+    assert res.code == 0, res.output
+    text = out.read_text()
+    assert f"#SBATCH --gpus-per-node={gpus}\n" in text and f"#SBATCH --ntasks-per-node={gpus}\n" in text
+    # The same script with only its GPU request raised past the node's 8: refused for that alone.
+    (tmp_path / "more.sbatch").write_text(text.replace(f"--gpus-per-node={gpus}\n", "--gpus-per-node=16\n"))
+    for _ in range(2):
+        proc = subprocess.run(["sbatch", "--test-only", str(out)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and "to start at" in proc.stderr, proc.stdout + proc.stderr
+        proc = subprocess.run(["sbatch", "--test-only", str(tmp_path / "more.sbatch")], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode != 0 and "Requested node configuration is not available" in proc.stderr, \
+            proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("how", ["--emit-sbatch", "--emit-k8s"])
 def test_zero_gpus_for_a_gpu_stack_is_refused_unless_cpu_says_so(tmp_path, released, how):
     out = tmp_path / "check.out"

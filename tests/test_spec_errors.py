@@ -71,7 +71,7 @@ STACK_KEYS = "allowed: above, base, cpu_baseline, description, driver_floor, ext
 BASE_KEYS = "allowed: description, digest, family, image, provides, source"
 LAYER_KEYS = "allowed: description, kind, params"  # layers, projects and runtimes alike
 DS_PARAMS = "allowed: apt, libaio, ops, packages, runtime_ops, version"
-KINDS = "kinds (folders under layers/): apex, cpu-torch, cuda-source, cuda-toolkit-pip, deepspeed, flash-attn, jax, megatron, ngc-jax, ngc-pytorch, pip, project, pypi-torch, runtime-env, system-setup, transformer-engine"
+KINDS = "kinds (folders under layers/): apex, cpu-torch, cuda-source, cuda-toolkit-pip, deepspeed, flash-attn, jax, megatron, nccl-tests, ngc-jax, ngc-pytorch, pip, project, pypi-torch, runtime-env, system-setup, transformer-engine"
 TAGS = ("allowed: {stack}, {date}, {python}, {torch}, {cuda}, {cudnn}, {nccl}, {numpy}, {apex}, {deepspeed}, "
         "{flash_attn}, {jax}, {jaxlib}, {megatron}, {transformer_engine}")
 

@@ -171,7 +171,9 @@ def test_the_gpu_list_changes_the_arch_lists_of_compiled_layers_only(repo):
     assert {s.name for s in d.stacks if s.status != "unchanged"} == {"h100-megatron", "h100-megatron-next"}
     nodes = changed(d, "h100-megatron")
     # The NGC adapter and TE as shipped compile nothing: their keys do not hold an arch list.
-    assert list(nodes) == ["ds-0.19.5-hopper", "nccl-ib", "megatron-core-0.16"]
+    assert list(nodes) == ["ds-0.19.5-hopper", "nccl-tests-2.19.6", "nccl-ib", "megatron-core-0.16"]
+    # nccl-tests' Makefile reads nvcc's own spelling, which changes with it.
+    assert "-gencode=arch=compute_100,code=sm_100" in "".join(causes(nodes["nccl-tests-2.19.6"])["dockerfile"].lines)
     ds = causes(nodes["ds-0.19.5-hopper"])
     assert set(ds) == {"build_args", "dockerfile"}
     assert "TORCH_CUDA_ARCH_LIST 9.0 -> 9.0;10.0" in ds["build_args"].detail

@@ -331,12 +331,13 @@ def check_nccl_tests(ctx: Ctx) -> dict:
     import shutil
     if ctx.device.type != "cuda":
         return result("nccl-tests", "skipped", "needs GPUs (this run is CPU only)")
-    tool = shutil.which("all_reduce_perf") or next((p for p in ("/usr/local/bin/all_reduce_perf",
-                                                                "/opt/nccl-tests/build/all_reduce_perf") if os.path.exists(p)), None)
+    tool = shutil.which("all_reduce_perf") or next((p for p in ("/opt/nccl-tests/bin/all_reduce_perf",   # the kind's
+                                                                "/usr/local/bin/all_reduce_perf") if os.path.exists(p)), None)
     gpus = str(ctx.torch.cuda.device_count())
     every = per_node(ctx, lambda: _tool([tool, "-b", "1G", "-e", "8G", "-f", "2", "-g", gpus], 1800) if tool else None)
     if not every:
-        return result("nccl-tests", "skipped", "all_reduce_perf is not in this image (NVIDIA's nccl-tests)")
+        return result("nccl-tests", "skipped", "all_reduce_perf is not in this image (NVIDIA's nccl-tests: "
+                      "a layer of kind nccl-tests builds it)")
     bad = [g for g in every if g["rc"] != 0]
     if bad:
         return result("nccl-tests", "failed", "; ".join(f"all_reduce_perf on {g['host']}: exit {g['rc']}: "

@@ -198,7 +198,7 @@ def _resolve_args(check: CheckSpec, layer: LayerDef, stack: Stack) -> CheckSpec:
             # A removal's reason is for people: rewording it must not make the checks new (a revalidation).
             return plain(given.packages if isinstance(given, Uninstall) else given)
         if isinstance(value, str) and "{param:" in value:
-            return PARAM_REF.sub(lambda m: str(plain(layer.param(m.group(1)))), value)
+            return PARAM_REF.sub(lambda m: _text(plain(layer.param(m.group(1)))), value)
         return value
     args = tuple((name, resolve(value)) for name, value in check.args)
     return CheckSpec(id=check.id, check=check.check, gpu=check.gpu, args=args, doc=check.doc)
@@ -213,6 +213,11 @@ def lock_check(layer: LayerDef, entry) -> CheckSpec:
 
 
 PARAM_REF = re.compile(r"\{param:([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _text(value) -> str:
+    """A value inside a string: a list as its items separated by spaces (a shell loop's words)."""
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def base_ref(spec: Spec, stack: Stack, digests: dict, platform: str = plat.DEFAULT) -> tuple[str, bool]:

@@ -143,8 +143,9 @@ class CudaTargets:
 
     # The variables a build may read the arch list from, as `arch_env` names them. flash-attn reads
     # FLASH_ATTN_CUDA_ARCHS (integers) and ignores TORCH_CUDA_ARCH_LIST; CMake reads its own spelling.
+    # Makefiles that call nvcc themselves (nccl-tests) read NVCC_GENCODE: nvcc's own -gencode flags.
     SPELLINGS = ("TORCH_CUDA_ARCH_LIST", "FLASH_ATTN_CUDA_ARCHS", "NVTE_CUDA_ARCHS", "CMAKE_CUDA_ARCHITECTURES",
-                 "CUDAARCHS")
+                 "CUDAARCHS", "NVCC_GENCODE")
 
     @classmethod
     def of(cls, stack: Stack, layer: LayerDef | None = None) -> "CudaTargets":
@@ -176,6 +177,10 @@ class CudaTargets:
             return ";".join(f"{a}-real" if not ptx or i < len(ints) - 1 else a for i, a in enumerate(ints))
         if variable in ("FLASH_ATTN_CUDA_ARCHS", "NVTE_CUDA_ARCHS"):
             return self.nvte_archs
+        if variable == "NVCC_GENCODE":
+            # SASS for each arch (sm_90a keeps its suffix), and PTX of the newest where asked.
+            flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in ints]
+            return " ".join(flags + ([f"-gencode=arch=compute_{ints[-1]},code=compute_{ints[-1]}"] if ptx else []))
         raise RenderError(f"no spelling of the arch list for {variable!r}", hint="allowed: " + ", ".join(self.SPELLINGS))
 
 

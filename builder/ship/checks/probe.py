@@ -169,8 +169,9 @@ def fatbin_targets(data):
 
 
 def _shared_objects(root):
-    """The .so files a root names: a folder's (walked), a package's folders', or an extension module's
-    own file (never the whole site-packages an extension module lies in). Found without importing."""
+    """The binaries a root names: a folder's shared objects and ELF executables (walked: a bin/ of CUDA
+    programs such as nccl-tests' is read as a lib/ is), a package's shared objects, or an extension
+    module's own file (never the whole site-packages an extension module lies in). Found without importing."""
     import importlib.util
     if root.startswith("/"):
         places = [root]
@@ -186,10 +187,23 @@ def _shared_objects(root):
         if os.path.isfile(place):
             yield place
             continue
+        folder = root.startswith("/")
         for dirpath, _, files in os.walk(place):
             for name in sorted(files):
-                if name.endswith(".so") or ".so." in name:
-                    yield os.path.join(dirpath, name)
+                path = os.path.join(dirpath, name)
+                if name.endswith(".so") or ".so." in name or (folder and _elf_program(path)):
+                    yield path
+
+
+def _elf_program(path):
+    """An executable ELF file (a script is not one)."""
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        return False
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
 
 
 def cuda_code(roots, limit=5000):

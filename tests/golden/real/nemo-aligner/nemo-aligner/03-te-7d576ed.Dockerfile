@@ -17,6 +17,21 @@ RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
     export NVTE_CUDA_ARCHS='80;90'; \
     export MAX_JOBS=8; \
+    mkdir -p /usr/local/libexec/imgbuild; \
+    for cc in gcc g++; do \
+        printf '%s\n' '#!/bin/sh' \
+            '# imgbuild: compiles for the CPU baseline x86-64-v3, never for the build host (docs/cpu-baseline.md)' \
+            'for a do shift; case "$a" in' \
+            '    -march=native|-mcpu=native) set -- "$@" -march=x86-64-v3 ;;' \
+            '    -mtune=native) set -- "$@" -mtune=generic ;;' \
+            '    -D__AVX512__|-D__AVX256__|-D__SVE__|-D__NEON__|-D__SCALAR__) set -- "$@" -D__AVX256__ ;;' \
+            '    *) set -- "$@" "$a" ;;' \
+            'esac; done' \
+            "exec $cc \"\$@\"" > /usr/local/libexec/imgbuild/$cc \
+     && chmod 755 /usr/local/libexec/imgbuild/$cc; \
+    done; \
+    export CC=/usr/local/libexec/imgbuild/gcc CXX=/usr/local/libexec/imgbuild/g++ \
+        CFLAGS='-march=x86-64-v3 -mtune=generic' CXXFLAGS='-march=x86-64-v3 -mtune=generic'; \
     export MPI_HOME=/usr/local/mpi; \
     export NVTE_FRAMEWORK=pytorch; \
     export NVTE_WITH_USERBUFFERS=1; \
