@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from builder.errors import SpecError
+from builder import __version__
 from builder.core import platforms as plat
 from builder.plan.keys import Node, Plan
 from builder.load import ciconf
@@ -36,6 +37,8 @@ from builder.ship import gpuproof
 from builder.textsafe import inert
 
 SYSTEMS = ("gitlab", "github")
+# Every job runs the imgbuild that wrote the pipeline: imgbuild refuses to run under another version.
+PIN_VARIABLE = "IMGBUILD_REQUIRE_VERSION"
 KEY_SHOWN = 12                     # hex digits of the key in a job name
 NAME_MAX = {"gitlab": 255, "github": 100}
 GITHUB_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*\Z")
@@ -63,7 +66,7 @@ OFFLINE_LINE = (OFFLINE_MARK + ": no registry was asked for base digests, so key
 @dataclass(frozen=True)
 class Job:
     id: str
-    role: str                  # node | gpu | release
+    role: str                  # lock | node | gpu | release
     name: str                  # the layer's name (node, gpu) or the stack's (release)
     stack: str                 # the stack named in the command (a node: the first selected stack using it)
     argv: tuple                # imgbuild's arguments
@@ -174,10 +177,25 @@ def pipeline(spec: Spec, plan: Plan, stacks: list[Stack], system: str, common: t
     gpu_job: dict = {}                          # (key, GPU model or generation) -> job id
     native = dict(ci.platform_map(system))      # platform -> the runners that build it natively
     emulated: set = set()
+    # The lock first: a stale or missing entry stops the pipeline before any build, and every build installs
+    # the locked sets (IB096 is an error under --require-locked).
+    locked = ("--require-locked",) if ci.require_locked else ()
+    lock_needs: tuple = ()
+    if ci.lock_check:
+        lock_job = job_id(system, "lock", "check")
+        out.add(Job(lock_job, "lock", "check", names[0] if names else "", ("lock", "--check") + common, (), None,
+                    builders, ci.timeouts["review"]))
+        lock_needs = (lock_job,)
+    else:
+        out.header.append("site.ci.lock_check: false: no job runs `imgbuild lock --check`; a stale lock file is "
+                          "found only by the builds")
+    if not ci.require_locked:
+        out.header.append("site.ci.require_locked: false: node jobs build without --require-locked; a layer whose "
+                          "pip set is not locked is resolved by pip at build time")
     for key, node in plan.nodes.items():        # parents first
         stack = plan.users[key][0]
-        argv = ("build", "--node", node.short, f"stack={stack}") + common
-        needs = (node_job[node.parent],) if node.parent else ()
+        argv = ("build", "--node", node.short, f"stack={stack}") + locked + common
+        needs = (node_job[node.parent],) if node.parent else lock_needs
         node_job[key] = job_id(system, "node", node.name, node.short,
                                "" if node.platform == plat.DEFAULT else plat.arch(node.platform))
         cuda = any(spec.stack(s).compiles_cuda(node.layer) for s in plan.users[key])
@@ -200,7 +218,7 @@ def pipeline(spec: Spec, plan: Plan, stacks: list[Stack], system: str, common: t
             parent_gpu = (gpu_job[(node.parent, gpu)],) if (node.parent, gpu) in gpu_job else ()
             gpu_job[(key, gpu)] = job_id(system, "gpu", node.name, node.short,
                                          gpu + ("" if node.platform == plat.DEFAULT else "-" + plat.arch(node.platform)))
-            gpu_argv = ("build", "--node", node.short, f"stack={first}") + common
+            gpu_argv = ("build", "--node", node.short, f"stack={first}") + locked + common
             out.add(Job(gpu_job[(key, gpu)], "gpu", node.name, first, gpu_argv, (node_job[key],) + parent_gpu,
                         node.short, labels, ci.timeouts["gpu"], gpu))
     for platform in sorted(emulated):
@@ -303,8 +321,9 @@ def gitlab(spec: Spec, pipe: Pipeline, imgbuild: str) -> str:
     rule, so that no other branch's or merge request's pipeline has the mapping."""
     ci = spec.site.ci
     rule = gitlab_release_rule(spec)
-    doc: dict = {"stages": list(GITLAB_STAGES), "default": {"retry": {"max": 2, "when": list(RUNNER_FAILURES)}}}
-    stage = {"node": "build", "gpu": "gpu", "release": "release"}
+    doc: dict = {"stages": list(GITLAB_STAGES), "variables": {PIN_VARIABLE: __version__},
+                 "default": {"retry": {"max": 2, "when": list(RUNNER_FAILURES)}}}
+    stage = {"lock": "build", "node": "build", "gpu": "gpu", "release": "release"}
     for job in pipe.jobs.values():
         body: dict = {"stage": stage[job.role], "needs": list(job.needs)}
         everywhere = _gitlab_variables(ci.secrets_for(job.role, release_pipeline=False))
@@ -415,7 +434,8 @@ def github(spec: Spec, pipe: Pipeline, imgbuild: str, regenerate: tuple, workflo
             if any(s.reach == "protected" for s in ci.secrets) else None)
     for job in pipe.jobs.values():
         needs = list(job.needs) or [CURRENT_JOB]
-        label = {"node": f"layer {job.name} {job.key and job.key[:KEY_SHOWN]}",
+        label = {"lock": "lock file is current (imgbuild lock --check)",
+                 "node": f"layer {job.name} {job.key and job.key[:KEY_SHOWN]}",
                  "gpu": f"GPU checks {job.name} {job.key and job.key[:KEY_SHOWN]} on {job.gpu}",
                  "release": f"release {job.name}"}
         body: dict = {"name": label[job.role], "needs": needs}
@@ -423,7 +443,7 @@ def github(spec: Spec, pipe: Pipeline, imgbuild: str, regenerate: tuple, workflo
             body["if"] = f"(github.event_name == 'push' || github.event_name == 'workflow_dispatch') && github.ref == {release_ref}"
             body["environment"] = {"name": ci.github_environment}
             body["concurrency"] = {"group": f"imgbuild-release-{job.stack}", "cancel-in-progress": False}
-        elif zone:
+        elif zone and job.role in ("node", "gpu"):   # the lock check gets no protected secret
             body["environment"] = {"name": zone}
         body["runs-on"] = list(job.runners or runs_on)
         body["timeout-minutes"] = job.minutes
@@ -435,6 +455,7 @@ def github(spec: Spec, pipe: Pipeline, imgbuild: str, regenerate: tuple, workflo
            # Every branch and pull request builds and validates; only the release branch's jobs move tags.
            "on": {"push": None, "pull_request": None, "workflow_dispatch": None},
            "permissions": {"contents": "read"},
+           "env": {PIN_VARIABLE: __version__},
            # A newer push cancels an older run of the same branch or pull request, but never one of the
            # release branch, whose release jobs run to their end.
            "concurrency": {"group": "imgbuild-${{ github.ref }}",

@@ -84,6 +84,13 @@ def root(
 ) -> None:
     STATE["debug"] = debug
     STATE["json"] = False   # a command with --json sets it: a refusal is then printed as JSON too
+    # A generated pipeline pins the imgbuild that wrote it (builder.ci): a runner with another one would
+    # compute other keys and judge by other rules than the pipeline was planned with.
+    pinned = os.environ.get("IMGBUILD_REQUIRE_VERSION")
+    if pinned and pinned != __version__:
+        raise SpecError(f"this pipeline pins imgbuild {pinned} (IMGBUILD_REQUIRE_VERSION) and the runner has imgbuild "
+                        f"{__version__}", hint=f"install imgbuild {pinned} on the runner, or regenerate the pipeline "
+                                               "with this imgbuild (imgbuild ci gitlab|github) and commit it")
 
 
 def select(spec: Spec, selectors: Optional[List[str]], all_: bool) -> list[Stack]:
@@ -895,6 +902,25 @@ def probe(target: str = typer.Argument(..., help="base=NAME, or layer=NAME (its 
            "known": {fact: [f"{f.origin} {f.value}" for f in facts] for fact, facts in known.items()}})
 
 
+def _rebuilt_bases(spec, docker: str | None) -> list[str]:
+    """`lock --check`'s look at the site registry: a locked base whose digest it no longer holds was made
+    again, and the lock holds only where the image's environment is the one locked (measured here). Where the
+    registry or the engine cannot be asked, that is said, and the file alone is judged."""
+    from builder.ship.bases import resolve as resolve_bases
+    from builder.ship.lock import rebuilt_bases
+    if spec.lock is None or not spec.lock.bases:
+        return []
+    found = resolve_bases(spec, lookup="site")
+    if not found.rebuilt:
+        return []
+    try:
+        from builder.ship.engine import Engine
+        return rebuilt_bases(spec, found, Engine.detect(docker), lambda line: echo(line))
+    except ImgbuildError as exc:
+        return [f"bases.{name}: made again (its locked digest is gone from the registry), and its environment "
+                f"cannot be measured here: {exc.message}" for name in sorted(found.rebuilt)]
+
+
 @app.command(name="lock")
 def lock_cmd(targets: Optional[List[str]] = typer.Argument(
                  None, help="base=NAME, layer=NAME, python=LAYER or stack=NAME (repeatable; default every base). "
@@ -933,6 +959,7 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
                     for url in sorted(intents.used_urls - set(digests))]
                  + [f"downloads: {url}: no layer names it without a sha256 any more (imgbuild lock drops it)"
                     for url in sorted(set(digests) - intents.used_urls)])
+        stale += _rebuilt_bases(spec, docker)
         for line in stale:
             echo(f"stale: {line}")
         if stale:

@@ -83,6 +83,10 @@ KEY_DOCS = {
                    "jobs get which CI secret under which name; names only (docs/ci.md, Secrets).",
         "github_actions": "Pins of the actions the workflow uses: {checkout|upload-artifact: {commit, repo, version}}.",
         "timeouts": "Job timeouts in minutes: build, cuda_build, gpu, release, review.",
+        "lock_check": "true (default): the pipeline's first job runs `imgbuild lock --check`, and every chain of node "
+                      "jobs needs it; false: no such job (the file's header says so).",
+        "require_locked": "true (default): node and GPU jobs build with --require-locked (a pip layer without its locked "
+                          "set is an error, IB096); false: pip resolves such a layer at build time (the header says so).",
         "gpu_checks": "{waive: {STACK: REASON}}: stacks released with their GPU checks skipped, on purpose. Without it "
                       "a stack with GPUs is released only where its GPU checks ran on one of them.",
     },

@@ -93,6 +93,8 @@ with open(out, "w") as f:
     f.write("# written by scripts/quickstart.sh from stacks.yaml: site.registry, site.namespace and the git mirror of this host\n")
     yaml.safe_dump(data, f, sort_keys=False)
 EOF
+    # The lock travels with it: its Python entries stand for the layers' definitions, not for this host.
+    [ ! -f stacks.lock.yaml ] || cp stacks.lock.yaml "$(dirname "$stacks")/stacks.lock.yaml"
     log "registry $registry, namespace $namespace, git mirror $mirrors: building from $stacks"
 fi
 file_opt=()

@@ -205,13 +205,16 @@ def _shipped() -> dict:
     return _CACHE["data"]
 
 
-def write_stacks(folder: Path, content: dict | str, name: str = "stacks.yaml") -> Path:
-    """Write a stacks file (a dict is dumped as YAML, a str written as is) into folder."""
+def write_stacks(folder: Path, content: dict | str, name: str = "stacks.yaml", lock: bool = False) -> Path:
+    """Write a stacks file (a dict is dumped as YAML, a str written as is) into folder. lock: the shipped
+    stacks.lock.yaml beside it too (as NAME.lock.yaml), for a copy of the shipped stacks that must plan as they do."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: only faster
     text = content if isinstance(content, str) else yaml.dump(content, Dumper=dumper, sort_keys=False)
     path.write_text(text, encoding="utf-8")
+    if lock:
+        shutil.copyfile(REPO / "stacks.lock.yaml", path.with_name(path.stem + ".lock.yaml"))
     return path
 
 

@@ -9,6 +9,7 @@ a generated pipeline for real."""
 from __future__ import annotations
 
 import re
+import shutil
 import shlex
 from pathlib import Path
 
@@ -74,7 +75,10 @@ def test_the_pipeline_is_the_plan(cli, tmp_path, source, ci, system):
     if system == "gitlab":
         assert doc["stages"] == ["build", "gpu", "release"]
         assert doc["default"]["retry"]["when"] and "script_failure" not in doc["default"]["retry"]["when"]
-        jobs = {k: v for k, v in doc.items() if k not in ("stages", "default")}
+        jobs = {k: v for k, v in doc.items() if k not in ("stages", "default", "variables")}
+    # Every job runs the imgbuild that wrote the file (imgbuild refuses another version).
+    from builder import __version__
+    assert (doc["variables"] if system == "gitlab" else doc["env"]) == {"IMGBUILD_REQUIRE_VERSION": __version__}
     ident = (lambda s: s) if system == "gitlab" else (lambda s: s.replace(".", "_"))
     node_job = {k: ident(f"node-{n.name}-{n.short[:12]}") for k, n in plan.nodes.items()}
     gpu_nodes = {k for k, n in plan.nodes.items() if any(c.gpu for c in n.checks)}
@@ -105,7 +109,7 @@ def test_the_pipeline_is_the_plan(cli, tmp_path, source, ci, system):
 
     # One job per distinct node (each once, shared ones too), GPU jobs per GPU choice, release jobs (and
     # GitHub's self-check and review).
-    expected = set(node_job.values()) | set(gpu_job.values()) | {ident(f"release-{s}") for s in names}
+    expected = set(node_job.values()) | set(gpu_job.values()) | {ident(f"release-{s}") for s in names} | {"lock-check"}
     if system == "github":
         expected |= {"workflow-current", "review"}
     assert set(jobs) == expected
@@ -115,11 +119,13 @@ def test_the_pipeline_is_the_plan(cli, tmp_path, source, ci, system):
             else GITHUB_ID.match(name), name
     for key, node in plan.nodes.items():
         job = jobs[node_job[key]]
-        parent = [node_job[node.parent]] if node.parent else ([] if system == "gitlab" else ["workflow-current"])
+        # A chain starts after the lock check; every build installs the locked sets (--require-locked).
+        parent = [node_job[node.parent]] if node.parent else ["lock-check"]
         assert needs(job) == parent, (node.name, job)
         argv = script(job)
         assert argv[:3] == ["imgbuild", "build", "--node"] and argv[3] == node.short, argv
-        assert argv[4].startswith("stack=") and argv[4][6:] in plan.users[key] and argv[5:] == ["-f", str(file)]
+        assert argv[4].startswith("stack=") and argv[4][6:] in plan.users[key] and \
+            argv[5:] == ["--require-locked", "-f", str(file)], argv
         assert runners(job) == ((GPU_CI["runner_tags"] if ci else None) if system == "gitlab"
                                 else GPU_CI["github_runs_on"] if ci else ["self-hosted"])
         for (k, gpu), gid in gpu_job.items():
@@ -130,6 +136,9 @@ def test_the_pipeline_is_the_plan(cli, tmp_path, source, ci, system):
             assert needs(gjob) == [node_job[key]] + ([gpu_job[(node.parent, gpu)]] if (node.parent, gpu) in gpu_job else [])
             assert runners(gjob) == gmap[gpu]
             assert gjob.get("stage", "gpu") == "gpu"
+    lock = jobs["lock-check"]
+    assert script(lock) == ["imgbuild", "lock", "--check", "-f", str(file)]
+    assert needs(lock) == ([] if system == "gitlab" else ["workflow-current"])
     for name in names:
         job = jobs[ident(f"release-{name}")]
         chain = plan.stacks[name]
@@ -232,8 +241,15 @@ def test_an_unresolvable_base_is_refused_without_offline(cli, tmp_path, monkeypa
         def get_manifest(self, repo, ref):
             raise RegistryError("unreachable (test)")
 
+        def manifest_digest(self, repo, ref):
+            raise RegistryError("unreachable (test)")
+
     monkeypatch.setitem(bases.resolve.__kwdefaults__, "registry", Down)
-    res = cli("ci", "gitlab", "stack=cpu-smoke", "-f", str(REPO / "stacks.yaml"))
+    # The shipped stacks without their lock (which records the Debian base's digest): nothing answers for it.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copyfile(REPO / "stacks.yaml", bare / "stacks.yaml")
+    res = cli("ci", "gitlab", "stack=cpu-smoke", "-f", str(bare / "stacks.yaml"))
     assert res.code == 6 and "cannot resolve base 'debian-bookworm'" in res.err, res.output
 
 

@@ -384,7 +384,8 @@ def test_job_hygiene(cli, tmp_path, system):
     for name, job in jobs.items():
         # The two DeepSpeed layers on NGC compile CUDA ops (cpu-smoke's compiles CPU ops only), and so does nccl-tests.
         want = {"node-ds-0.19.5": 300, "node-ds-0_19_5": 300, "node-ds-0.17.6": 300, "node-ds-0_17_6": 300,
-                "node-nccl-tests": 300, "node-": 60, "gpu-": 60, "release-": 30, "review": 20, "workflow-current": 20}
+                "node-nccl-tests": 300, "node-": 60, "gpu-": 60, "release-": 30, "review": 20, "workflow-current": 20,
+                "lock-check": 20}
         assert minutes(job) == next(v for k, v in want.items() if name.startswith(k)), name
         if system == "gitlab":
             assert job["interruptible"] == (not name.startswith("release-")), name

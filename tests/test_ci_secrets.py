@@ -51,7 +51,7 @@ def site(tmp_path, ci: dict, source=REPO / "stacks.yaml", sub: str = "s"):
 
 def role(name: str) -> str:
     return {"node": "node", "gpu": "gpu", "release": "release", "review": "review",
-            "workflow": "current"}[name.split("-")[0]]
+            "workflow": "current", "lock": "lock"}[name.split("-")[0]]
 
 
 # -- refusals ----------------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ def test_gitlab_maps_each_reach_to_its_jobs_only(cli, tmp_path, branch, monkeypa
     ci = dict(MIXED, secrets=SECRETS, **({"release_branch": branch} if branch else {}))
     doc, text, _ = generate(cli, "gitlab", site(tmp_path, ci))
     jobs = jobs_of("gitlab", doc)
-    assert {role(j) for j in jobs} == {"node", "gpu", "release"}
+    assert {role(j) for j in jobs} == {"lock", "node", "gpu", "release"}
     cases = dict(GITLAB_CASES)
     if branch:
         cases = {k: dict(v, CI_COMMIT_BRANCH=branch) if v.get("CI_COMMIT_BRANCH") == "main" else v
@@ -216,8 +216,9 @@ def test_gitlab_maps_each_reach_to_its_jobs_only(cli, tmp_path, branch, monkeypa
     for value in VALUES.values():
         assert value not in text
     # Only names: each mapping's value is one declared CI secret's name.
+    from builder import __version__
     assert set(re.findall(r"^\s+([A-Z_][A-Z0-9_]*): (\S+)$", text, re.M)) <= \
-        {(env, "$" + src) for env, src in SOURCE.items()}
+        {(env, "$" + src) for env, src in SOURCE.items()} | {("IMGBUILD_REQUIRE_VERSION", __version__)}
 
 
 @pytest.mark.parametrize("branch", [None, "release/2026"])
@@ -227,7 +228,7 @@ def test_github_maps_each_reach_to_its_jobs_only(cli, tmp_path, branch, monkeypa
     ci = dict(MIXED, secrets=SECRETS, **({"release_branch": branch} if branch else {}))
     doc, text, _ = generate(cli, "github", site(tmp_path, ci))
     jobs = jobs_of("github", doc)
-    assert {role(j) for j in jobs} == {"node", "gpu", "release", "review", "current"}
+    assert {role(j) for j in jobs} == {"lock", "node", "gpu", "release", "review", "current"}
     release_ref = f"refs/heads/{branch or 'main'}"
     cases = dict(GITHUB_CASES)
     if branch:
@@ -372,7 +373,7 @@ def test_gitlab_ci_local_gives_the_protected_mapping_to_the_release_branch_only(
     assert res.code == 0, res.output
     doc = yaml.safe_load(res.out)
     jobs = jobs_of("gitlab", doc)
-    assert len(jobs) == 5 and "release-cpu-smoke" in jobs
+    assert len(jobs) == 6 and "release-cpu-smoke" in jobs and "lock-check" in jobs
     names = sorted(secrets)
     probe = "echo " + " ".join(f'"{n}=[${{{n}:-}}]"' for n in names)
     for job in jobs.values():

@@ -16,6 +16,8 @@ Four pipelines, in order, each read against the real registry:
     runs one) for a project pin change into main: the review job writes the diff report (the project
     rebuilds, its cause, the tags that would move, written out), the child builds only the project, and
     every tag stays where (b) put it;
+(c0) before it, the same change without its lock re-resolved stops at the child's first job, `imgbuild lock
+    --check`, and builds nothing (issue 36: every node job also builds with --require-locked);
 (d) a check that fails on main leaves the release job unrun and every tag where it was.
 The jobs get the environment of every e2e build (e2e.env_for: IMGBUILD_HOME, the CA bundle, netrc and
 index URL secrets; the wheelhouse is pip's find-links) from gitlab-ci-local, which passes its own
@@ -59,13 +61,22 @@ def parent_pipeline() -> str:
     return block.replace("- imgbuild diff --markdown", f"- {IMGBUILD} diff --markdown")
 
 
-def write_stacks(repo: Path, mutate=lambda data: None) -> None:
+def write_stacks(repo: Path, mutate=lambda data: None, relock: tuple = (), work: Path | None = None) -> None:
+    """The stacks file, committed with its lock: the shipped lock the first time (as a site starts from it),
+    the repository's own after. relock: layers whose pip sets `imgbuild lock python=NAME` resolves again
+    first, as a site does when it changes one (work: the e2e work folder whose environment it runs in)."""
     data = yaml.safe_load((ROOT / "stacks.yaml").read_text())
     data["site"] = {"registry": REGISTRY, "namespace": NS_GL}
     data["stacks"] = {"cpu-smoke": data["stacks"]["cpu-smoke"]}
     mutate(data)
     (repo / "stacks.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    subprocess.run([*GIT, "add", "stacks.yaml"], cwd=repo, check=True)
+    if not (repo / "stacks.lock.yaml").exists():
+        shutil.copyfile(ROOT / "stacks.lock.yaml", repo / "stacks.lock.yaml")
+    for layer in relock:
+        proc = subprocess.run([*IMGBUILD.split(), "lock", f"python={layer}", "-f", "stacks.yaml"], cwd=repo,
+                              env=env_for(work), capture_output=True, text=True, timeout=1200)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    subprocess.run([*GIT, "add", "stacks.yaml", "stacks.lock.yaml"], cwd=repo, check=True)
     subprocess.run([*GIT, "commit", "-q", "--allow-empty", "-m", "stacks"], cwd=repo, check=True)
 
 
@@ -165,15 +176,28 @@ def _pin_v2(data):
     data["projects"]["smoke-train"]["params"]["source"]["commit"] = PIN_V2
 
 
-def _require_aio(data):
+def _failing_smoke(data):
     _pin_v2(data)
-    data["layers"]["ds-0.19.8-cpu"]["params"].update({"runtime_ops": ["async_io"], "libaio": False})
+    data["projects"]["smoke-train"]["params"]["smoke"] = "python -c 'import sys; sys.exit(\"the smoke step fails\")'"
 
 
-def test_a_merge_request_reviews_builds_the_change_and_moves_no_tag(repo):
+def test_a_change_without_its_lock_stops_at_the_lock_check_and_builds_nothing(repo):
+    """Issue 36: the project's pin changed and the lock not re-resolved: the child pipeline's first job, `imgbuild
+    lock --check`, fails naming the stale entry, and no node job starts (every chain needs it)."""
     assert repo.get("released"), "needs the release on main"
     git(repo, "checkout", "-q", "-b", "feature/pin-v2")
     write_stacks(repo["path"], _pin_v2)
+    run = pipeline(repo, "c0-stale-lock")
+    assert re.search(r"FAIL\s+lock-check", run["out"]), run["out"][-6000:]
+    assert "stale: python.smoke-train: the layer, a layer beneath it or its base changed" in run["out"], run["out"][-6000:]
+    assert run["nodes"] == {} and not any(ran(run["out"], f"node-{layer}") for layer in LAYERS), run["nodes"]
+    assert tags() == repo["released"]
+    repo["stale"] = True
+
+
+def test_a_merge_request_reviews_builds_the_change_and_moves_no_tag(repo):
+    assert repo.get("stale"), "needs the stale-lock pipeline"
+    write_stacks(repo["path"], _pin_v2, relock=("smoke-train",), work=repo["work"])
     git(repo, "push", "-q", "origin", "feature/pin-v2")
     review = repo["path"] / REVIEW
     review.unlink(missing_ok=True)
@@ -205,16 +229,17 @@ def test_a_merge_request_reviews_builds_the_change_and_moves_no_tag(repo):
 def test_a_failing_check_leaves_the_release_unrun_and_every_tag_in_place(repo):
     assert repo.get("reviewed"), "needs the merge request pipeline"
     git(repo, "checkout", "-q", "main")
-    write_stacks(repo["path"], _require_aio)      # the keys stay, the DeepSpeed layer's checks get stricter
+    # The merge request's project, with a smoke step that fails: the keys stay (the lock resolved again
+    # gives the same set), the project's check fails.
+    write_stacks(repo["path"], _failing_smoke, relock=("smoke-train",), work=repo["work"])
     run = pipeline(repo, "d-failing")
     # gitlab-ci-local 4.73 does not carry a child pipeline's failure to its trigger job (GitLab does, with
     # strategy: depend): its exit code is 0 here, so the child's own job results are what is checked.
-    assert re.search(r"FAIL\s+node-ds-0\.19\.8-cpu-[0-9a-f]{12}", run["out"]), run["out"][-6000:]
+    assert re.search(r"FAIL\s+node-smoke-train-[0-9a-f]{12}", run["out"]), run["out"][-6000:]
     nodes = run["nodes"]
-    assert (nodes["ds-0.19.8-cpu"]["action"], nodes["ds-0.19.8-cpu"]["status"]) == ("revalidate", "failed"), nodes
-    assert "async_io must be compatible" in run["out"]
-    # The jobs that need it never started: no report of theirs, and the release job never ran.
-    assert set(nodes) == {"cpu-torch-2.13", "ds-0.19.8-cpu"}, nodes
+    assert (nodes["smoke-train"]["action"], nodes["smoke-train"]["status"]) == ("revalidate", "failed"), nodes
+    assert "the smoke step fails" in run["out"]
+    assert set(nodes) == set(LAYERS), nodes
     assert not ran(run["out"], "release-cpu-smoke")
     assert "released" not in run["out"]
     assert tags() == repo["released"]
@@ -254,8 +279,9 @@ def test_gitlab_ci_local_reads_a_two_platform_pipeline_with_its_arm64_jobs(tmp_p
     assert len(nodes) == 8 and len(arm) == 4, sorted(jobs)
     needs = {j: {n["job"] for n in jobs[j]["needs"]} for j in jobs}
     assert needs["release-cpu-both"] == set(nodes)
-    for name in arm:   # each arm64 job needs only arm64 jobs beneath it
-        assert all(n.endswith("-arm64") for n in needs[name]), (name, needs[name])
+    for name in arm:   # each arm64 job needs only arm64 jobs beneath it (the bottom one: the lock check)
+        assert all(n.endswith("-arm64") or n == "lock-check" for n in needs[name]), (name, needs[name])
+    assert needs["lock-check"] == set()
     written = yaml.safe_load((tmp_path / ".gitlab-ci.yml").read_text())
     assert all(written[n]["tags"] == ["arm64-builder"] for n in arm)
     assert all(written[n]["tags"] == ["builder"] for n in nodes if n not in arm)

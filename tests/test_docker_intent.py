@@ -401,3 +401,71 @@ def test_a_download_without_its_sha256_is_fetched_by_lock_and_built_from_the_loc
     # The lock moves only when asked: --upgrade LAYER fetches that layer's files again.
     _ok(imgbuild(work, "lock", "stack=demo", "--upgrade", "wget", "-f", str(f), env=env))
     assert [d.sha256 for d in load_lock(f).downloads] == [hashlib.sha256(b"another file under the same URL\n").hexdigest()]
+
+
+def _push_image(ref: str, dockerfile: str) -> str:
+    """Build a Dockerfile without a context, push it as `ref`, and return the digest the registry holds."""
+    build = subprocess.run([DOCKER, "build", "-q", "-t", ref, "-"], input=dockerfile, capture_output=True, text=True,
+                           timeout=600, env=dict(os.environ, DOCKER_BUILDKIT="1"))
+    assert build.returncode == 0, build.stderr
+    push = subprocess.run([DOCKER, "push", "-q", ref], capture_output=True, text=True, timeout=600)
+    assert push.returncode == 0, push.stderr
+    repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
+    return Registry(REGISTRY).manifest_digest(repo, tag)
+
+
+def test_a_lock_travels_to_a_base_made_again_with_the_same_environment(work, index):
+    """Issue 36: a base made again (the mirrored Debian base gets a new digest on every machine that makes it;
+    a site rebuilds its base for a security update) keeps the lock entries above it where its environment (OS,
+    Python, every distribution its Python sees) is the one locked; another Python package in it makes
+    `lock --check` and `build` name that package, and nothing is built. The locked digest is deleted from the
+    registry each time, as on a machine that never had it. The base is a tiny one with Python: the demo
+    environment built here, pushed under a base tag of the test's own."""
+    env = env_for_index(index)
+    ns = NS + "-travel"
+    src = _site(work, "travel-src", ns)
+    _ok(imgbuild(work, "build", "stack=demo", "-f", str(src), env=env))
+    demo = next(n for n in reports(work)[-1]["nodes"].values() if n["layer"] == "demo")
+    base_ref = f"{REGISTRY}/{ns}/base:bookworm"
+    reg = Registry(REGISTRY)
+    first = _push_image(base_ref, f"FROM {REGISTRY}/{ns}/layers/demo@{demo['digest']}\n")
+
+    f = _site(work, "travel", ns, packages=[], above=["imgbuild-demo-dep==1.0"])
+    data = yaml.safe_load(f.read_text())
+    data["bases"] = {"pybase": {"image": "{registry}/" + ns + "/base:bookworm", "family": "debian",
+                                "provides": {"python": "3.11.2", "os": "debian-12"}}}
+    data["stacks"] = {"travel": {**data["stacks"]["demo"], "base": "pybase"}}
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    _ok(imgbuild(work, "lock", "stack=travel", "-f", str(f), env=env))
+    lock = f.with_name("stacks.lock.yaml")
+    locked = lock.read_bytes()
+    entry = load_lock(f).bases["pybase"]
+    assert entry.digest == first and entry.environment["python"] and \
+        "imgbuild-demo-app==1.0" in entry.environment["dists"], entry
+    plugin = load_lock(f).python["plugin"]
+    assert plugin.environment["platform"] == "linux/amd64" and plugin.environment["python"].startswith("3.")
+    assert "imgbuild-demo-app==1.0" in plugin.environment["beneath"]
+
+    # Made again: the same environment under a new digest, the locked one gone from the registry.
+    again = _push_image(base_ref, f"FROM {base_ref}@{first}\nRUN echo made again > /etc/made-again\n")
+    assert again != first and reg.delete_manifest(f"{ns}/base", first)
+    for _ in range(2):
+        res = run_cli("lock", "--check", "-f", f)
+        assert res.code == 0 and "was made again" in res.out and "the lock holds" in res.out, res.output
+    proc = _ok(imgbuild(work, "build", "stack=travel", "--require-locked", "-f", str(f), env=env))
+    assert "the lock holds" in proc.stdout and "IB096" not in proc.stdout + proc.stderr
+    assert lock.read_bytes() == locked   # nothing to write: the lock travelled as it was
+    released = reg.manifest_digest(f"{ns}/travel", "travel")
+
+    # Another Python package in the base: named, by lock --check and by build, and nothing is built.
+    extra = ("RUN d=$(python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/imgbuild_extra-1.0.dist-info"
+             " && mkdir -p $d && printf 'Metadata-Version: 2.1\\nName: imgbuild-extra\\nVersion: 1.0\\n' > $d/METADATA\n")
+    changed = _push_image(base_ref, f"FROM {base_ref}@{again}\n{extra}")
+    assert changed != again
+    for _ in range(2):
+        res = run_cli("lock", "--check", "-f", f)
+        assert res.code == 1 and "+imgbuild-extra==1.0 (not there when locked)" in res.out, res.output
+        proc = imgbuild(work, "build", "stack=travel", "--require-locked", "-f", str(f), env=env)
+        assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "+imgbuild-extra==1.0" in proc.stderr and "nothing was built" in proc.stderr, proc.stderr[-3000:]
+        assert reg.manifest_digest(f"{ns}/travel", "travel") == released   # no tag moved

@@ -87,6 +87,7 @@ def installed(tmp_path_factory) -> Installed:
     work = tmp / "work"
     work.mkdir()
     shutil.copy2(STACKS, work / "stacks.yaml")
+    shutil.copy2(STACKS.with_name("stacks.lock.yaml"), work / "stacks.lock.yaml")   # a site commits the two together
     assert not work.resolve().is_relative_to(REPO)
     return Installed(src=src, wheel=wheel, venv=venv, work=work)
 

@@ -71,7 +71,7 @@ def with_site_kind(folder: Path) -> Path:
     data = shipped_data()
     data["layers"]["einops-0.8"] = {"kind": "einops", "params": {"version": "0.8.1"}}
     data["stacks"]["cpu-smoke"]["layers"].append("einops-0.8")
-    return write_stacks(folder, data)
+    return write_stacks(folder, data, lock=True)
 
 
 def kinds_line(out: str) -> str:
@@ -261,6 +261,6 @@ def test_keys_do_not_depend_on_the_folder_a_kind_came_from(tmp_path):
     assert {plain.kinds.origin(n).origin for n in plain.kinds} == {"site"}
     assert make_plan(plain).stacks == make_plan(shipped).stacks
     one = load_spec(STACKS, kinds=[copy(tmp_path / "one" / "k1", hook=True)])
-    two = load_spec(write_stacks(tmp_path / "two", shipped_data()), kinds=[copy(tmp_path / "two" / "k2", hook=True)])
+    two = load_spec(write_stacks(tmp_path / "two", shipped_data(), lock=True), kinds=[copy(tmp_path / "two" / "k2", hook=True)])
     assert one.kinds["deepspeed"].files == two.kinds["deepspeed"].files != ()
     assert make_plan(one).stacks == make_plan(two).stacks != make_plan(shipped).stacks

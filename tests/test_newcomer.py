@@ -111,6 +111,13 @@ def test_a_newcomer_from_a_fresh_clone(tmp_path):
     assert Registry(TEST_REGISTRY).manifest_digest(f"{NS}/cpu-smoke", "cpu-smoke"), f"no {NS}/cpu-smoke:cpu-smoke"
     imgbuild = clone / ".venv" / "bin" / "imgbuild"
     assert imgbuild.exists()
+    # Issue 36: the example keeps the central promise: every pip layer from its lock, and the lock current (on a
+    # machine whose mirrored base has another digest, `lock --check` measures it and says the lock holds).
+    assert "IB096" not in out and "lock: every pip layer's set is locked (stacks.lock.yaml): cpu-torch-2.13, " \
+        "ds-0.19.8-cpu, smoke-train" in out, out[-4000:]
+    checked = subprocess.run([str(imgbuild), "lock", "--check"], cwd=clone, env=newcomer_env(), capture_output=True,
+                             text=True, timeout=600)
+    assert checked.returncode == 0 and "ok: " in checked.stdout, checked.stdout + checked.stderr
 
     def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
         return subprocess.run([str(imgbuild), *args], cwd=cwd, env=newcomer_env(), capture_output=True, text=True,

@@ -299,6 +299,10 @@ FAILS = [
     Fail("ds-version-beyond-the-catalog", S("deb", ["cput", "dsx"], gpus=[]), "IB002", "unknown",
          r"^deepspeed 0\.19\.99 is newer than any release the catalog knows \(up to 0\.19\.8\)", "layers.dsx.params.version",
          extra={"layers": {"dsx": ds("0.19.99", ops=("cpu_adam",))}}),
+    # Issue 36: 0.16.99 passed `check --strict` with no finding and failed at build; it was never released.
+    Fail("ds-version-never-released", S("deb", ["cput", "dsx"], gpus=[]), "IB003", "error",
+         r"^deepspeed 0\.16\.99 was never released: the nearest releases are 0\.16\.8, 0\.16\.9, 0\.17\.0, 0\.17\.1$",
+         "layers.dsx.params.version", extra={"layers": {"dsx": ds("0.16.99", ops=("cpu_adam",))}}),
     Fail("te-version-beyond-the-catalog", S("ngc2509", ["site", "tex"]), "IB002", "unknown",
          r"^transformer_engine 4\.0\.0 is newer than any release", "layers.tex.params.version",
          extra={"layers": {"tex": {"kind": "transformer-engine", "params": {"version": "4.0.0"}}}}),
@@ -714,10 +718,14 @@ def test_build_lets_a_possible_stack_through_to_the_engine(monkeypatch):
     with pytest.raises(Reached):
         spec = load_spec(STACKS)
         build_module.build(prepare(spec, [spec.stacks["cpu-smoke"], spec.stacks["h100-megatron"]]), say=said.append)
-    # The shipped stacks have no lock file: every layer that installs with pip is said to be unlocked
-    # (IB096, a warning without --require-locked), and nothing else is.
+    # The shipped lock (issue 36) holds cpu-smoke's pip layers; the NGC stack, which cannot be locked where its
+    # base is not reachable, has its pip layers said to be unlocked (IB096, a warning without --require-locked),
+    # and nothing else is.
     assert not [line for line in said if line.startswith(("error", "warning")) and " IB096 " not in line], said
-    assert any(line.startswith("warning IB096 [cpu-smoke]") and "layers.ds-0.19.8-cpu" in line for line in said), said
+    assert not any(line.startswith("warning IB096 [cpu-smoke]") for line in said), said
+    assert any(line.startswith("warning IB096 [h100-megatron]") and "layers.ds-0.19.5-hopper" in line for line in said), said
+    assert ("lock: 3 of 5 pip layer(s) locked (stacks.lock.yaml): cpu-torch-2.13, ds-0.19.8-cpu, smoke-train; "
+            "resolved at build time: ds-0.19.5-hopper, megatron-core-0.16") in said, said
 
 
 def test_the_shipped_site_declares_its_driver_floor():

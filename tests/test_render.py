@@ -23,12 +23,16 @@ from conftest import GOLDEN, STACKS, copy_kinds, instructions, keywords, run_cli
 
 
 def renderings(file, prefix: str = "") -> dict:
-    """{relative golden path: Dockerfile text} for every layer of every stack of a stacks file."""
+    """{relative golden path: Dockerfile text} for every layer of every stack of a stacks file, as it is built:
+    a layer whose pip set the lock file holds installs that set (builder.plan.pinning)."""
+    from builder.prepared import prepare
     spec = load_spec(file)
+    plan = prepare(spec).plan
     out = {}
     for stack in spec.stacks.values():
-        for i, layer in enumerate(stack.chain):
-            out[f"{prefix}{stack.name}/{i:02d}-{layer.name}.Dockerfile"] = render_layer(spec, stack, layer)
+        for i, node in enumerate(plan.chain(stack.name)):
+            out[f"{prefix}{stack.name}/{i:02d}-{node.name}.Dockerfile"] = (
+                node.dockerfile if node.locked else render_layer(spec, stack, node.layer))
     return out
 
 

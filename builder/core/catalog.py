@@ -284,6 +284,15 @@ def newest_known(field: str) -> Known | None:
     return Known(rec["version"], rec["source"], bool(rec["verified"])) if rec else None
 
 
+def releases(field: str) -> Known | None:
+    """Every published release of a version field (deepspeed, megatron, transformer_engine, flash_attn) as
+    Versions, oldest first, with where the list was read; None where the catalog keeps no list."""
+    rec = _data().get("releases", {}).get(field)
+    if not rec:
+        return None
+    return Known(tuple(sorted(Version(v) for v in rec["versions"])), rec["source"], bool(rec["verified"]))
+
+
 def ds_host_ops() -> Known:
     """The DeepSpeed ops built from host C++ alone (no CUDA, no arch list), as op names."""
     rec = _data()["deepspeed"]["host_ops"]

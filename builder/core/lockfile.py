@@ -38,6 +38,9 @@ class LockedBase:
     # Where the image is an index: platform -> LockedPlatform, each entry's own digest and measurements
     # (NGC's arm64 image has its own digest, and may hold other versions than its amd64 one).
     platforms: dict = field(default_factory=dict)
+    # What decides pip's answer on it (builder.ship.lock.environment): os, python, dists. A base made again
+    # with the same keeps the entries above it. None in a lock written before it was recorded.
+    environment: dict | None = None
 
     def digests(self):
         """What plan keys a chain on: {platform: digest} of an index's entries, else the one digest."""
@@ -52,6 +55,7 @@ class LockedBase:
 class LockedPlatform:
     digest: str
     facts: dict
+    environment: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,9 @@ class LockedPython:
     steps: tuple    # tuple (per pip command) of tuple of LockedDist
     intents: tuple = ()   # ((intent, locked), ...): each floating value of stacks.yaml and its exact form
     platform: str = DEFAULT_PLATFORM   # resolved for this platform: wheels and hashes differ between them
+    # What decided pip's answer (python, platform, beneath: NAME==VERSION the image beneath held); None in
+    # an entry written before it was recorded.
+    environment: dict | None = None
 
     def dists(self) -> dict:
         """Every distribution the layer installs: canonical name -> LockedDist (a later command wins)."""
@@ -155,7 +162,7 @@ def parse_lock(data: dict, path: str | Path) -> Lock:
         if data.get("version") != LOCK_VERSION or not isinstance(data.get("bases"), dict):
             raise ValueError(f"expected version: {LOCK_VERSION} and a bases mapping")
         bases = {name: LockedBase(image=str(rec["image"]), digest=str(rec["digest"]), probed=str(rec["probed"]),
-                                  facts=_facts(rec), platforms=_platforms(rec))
+                                  facts=_facts(rec), platforms=_platforms(rec), environment=_environment(rec))
                  for name, rec in data["bases"].items()}
         layers = {name: LockedLayer(image=str(rec["image"]), digest=str(rec["digest"]), probed=str(rec["probed"]),
                                     definition=str(rec["definition"]), facts=_facts(rec))
@@ -214,8 +221,15 @@ def _python(rec: dict) -> LockedPython:
     platform = str(rec.get("platform", DEFAULT_PLATFORM))
     if platform not in PLATFORMS:
         raise ValueError(f"python: {str(rec.get('stack'))[:80]}: platform {platform[:40]!r} is not one imgbuild builds")
+    env = rec.get("environment")
+    if env is not None and (not isinstance(env, dict) or not isinstance(env.get("beneath", []), list)):
+        raise ValueError(f"python: {str(rec.get('stack'))[:80]}: environment is not a mapping with a beneath list")
     return LockedPython(stack=str(rec["stack"]), parent=str(rec["parent"]), definition=str(rec["definition"]),
-                        resolved=str(rec["resolved"]), steps=tuple(steps), intents=intents, platform=platform)
+                        resolved=str(rec["resolved"]), steps=tuple(steps), intents=intents, platform=platform,
+                        environment=None if env is None else {
+                            "python": None if env.get("python") is None else str(env["python"]),
+                            "platform": str(env.get("platform", platform)),
+                            "beneath": [str(d) for d in env.get("beneath") or []]})
 
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
@@ -227,7 +241,23 @@ def _platforms(rec: dict) -> dict:
         if platform not in PLATFORMS or not DIGEST.match(str(entry["digest"])):
             raise ValueError(f"bases: {str(rec.get('image'))[:120]}: platforms.{str(platform)[:40]} is not a platform "
                              "imgbuild builds with a sha256 digest")
-        out[str(platform)] = LockedPlatform(digest=str(entry["digest"]), facts=_facts(entry))
+        out[str(platform)] = LockedPlatform(digest=str(entry["digest"]), facts=_facts(entry),
+                                            environment=_environment(entry))
+    return out
+
+
+def _environment(rec: dict) -> dict | None:
+    env = rec.get("environment")
+    if env is None:
+        return None
+    if not isinstance(env, dict) or not isinstance(env.get("dists", []), list):
+        raise ValueError(f"bases: {str(rec.get('image'))[:120]}: environment is not a mapping with a dists list")
+    out = {"os": str(env.get("os")), "python": None if env.get("python") is None else str(env["python"])}
+    if "dists" in env:
+        out["dists"] = [str(d) for d in env["dists"]]
+        bad = [d for d in out["dists"] if "==" not in d]
+        if bad:
+            raise ValueError(f"bases: {str(rec.get('image'))[:120]}: environment.dists: {bad[0][:80]!r} is not NAME==VERSION")
     return out
 
 

@@ -22,7 +22,7 @@ from builder.core import catalog
 
 KEYS = {"release_branch", "runner_tags", "gpu_runner_tags", "github_runs_on", "github_gpu_runs_on",
         "github_environment", "github_actions", "timeouts", "platform_runner_tags", "github_platform_runs_on",
-        "secrets", "github_staging_environment", "gpu_checks"}
+        "secrets", "github_staging_environment", "gpu_checks", "lock_check", "require_locked"}
 # A runner tag or label as both CI systems and a shell line can hold it unquoted: no space, quote, `$` or `*`.
 RUNNER_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 # A branch name as git allows it (git check-ref-format), narrowed to what a rules expression and a
@@ -120,6 +120,10 @@ class CiSettings:
     # ((stack, reason), ...): the stacks released without GPU proof on purpose (site.ci.gpu_checks.waive;
     # builder.ship.gpuproof)
     gpu_checks_waived: tuple = ()
+    # The lock in CI (issue 36): a first job runs `imgbuild lock --check`, and node jobs build with
+    # --require-locked. A site turns either off here; the file's header then says so.
+    lock_check: bool = True
+    require_locked: bool = True
 
     def gpu_waiver(self, stack: str) -> str | None:
         """Why stack releases with its GPU checks skipped (site.ci.gpu_checks.waive), or None: it needs GPU proof."""
@@ -194,6 +198,12 @@ def parse(loader, value: Any) -> CiSettings:
         out["gpu_checks_waived"] = _gpu_checks(loader, ("site", "ci", "gpu_checks"), raw["gpu_checks"])
     if raw.get("timeouts") is not None:
         out["timeouts"] = _timeouts(loader, ("site", "ci", "timeouts"), raw["timeouts"])
+    for key in ("lock_check", "require_locked"):
+        if raw.get(key) is not None:
+            if not isinstance(raw[key], bool):
+                raise loader.err(("site", "ci", key), f"expected true or false, got {type_name(raw[key])}",
+                                 hint=f"{key}: false turns it off (the pipeline's header then says so)")
+            out[key] = raw[key]
     return CiSettings(**out)
 
 

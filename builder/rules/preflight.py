@@ -175,6 +175,25 @@ def newer_than_known(ctx: Ctx) -> Iterator[Finding]:
                            "a newer catalog knows more")
 
 
+@rule("IB003", "a version that was never released")
+def never_released(ctx: Ctx) -> Iterator[Finding]:
+    """A declared version inside the range of the catalog's release list but not on it was never published
+    (deepspeed 0.16.99, megatron-core 0.13.99 passed `check --strict` and failed at build, after the base was
+    pulled): an error, with the nearest real releases. Beyond the list's newest it is IB002's unknown."""
+    for name, fact in sorted(ctx.facts.facts.items()):
+        known = catalog.releases(name)
+        if known is None or fact.origin != "declared" or not isinstance(fact.value, Version):
+            continue
+        published = known.value
+        if fact.value in published or fact.value > published[-1] or fact.value < published[0]:
+            continue
+        below = [v for v in published if v < fact.value][-2:]
+        above = [v for v in published if v > fact.value][:2]
+        yield ctx.find("IB003", "error", fact.key, f"{name} {fact.value} was never released: the nearest releases "
+                       f"are {', '.join(map(str, below + above))}", known=known,
+                       fix=f"use a released version ({', '.join(map(str, below[-1:] + above[:1]))})")
+
+
 @rule("IB010", "target GPU newer than the base's CUDA")
 def gpu_too_new(ctx: Ctx) -> Iterator[Finding]:
     cuda = ctx.facts.get("cuda")

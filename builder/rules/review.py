@@ -124,8 +124,9 @@ def replaced(spec: Spec, stacks: list[Stack], lock: Lock | None) -> list[Finding
                 continue
             seen.add(layer.name)
             swap = dict(layer.params).get("replace_torch")
+            own = _own_before(lock, stack, layer)
             for d in entry.dists().values():
-                if d.replaces is None or (swap and d.name.lower() == "torch"):
+                if d.replaces is None or (swap and d.name.lower() == "torch") or d.name.lower() in own:
                     continue
                 key = (layer.section, layer.name)
                 chain = "; ".join(d.required_by) if d.required_by else "asked for by the layer"
@@ -138,6 +139,23 @@ def replaced(spec: Spec, stacks: list[Stack], lock: Lock | None) -> list[Finding
                     fix=f"pin {d.name}=={d.replaces} in the layer (what beneath it holds), or change the requirement "
                         f"that asks for {d.version}; then imgbuild lock python={layer.name}"))
     return out
+
+
+def _own_before(lock: Lock, stack: Stack, layer) -> set:
+    """The distributions a stack's first layer installed itself before its first pip command (the venv's own
+    pip and setuptools, from ensurepip): what it "replaces" there is not the image beneath's. Known where the
+    lock measured the base's environment; a base without Python holds none."""
+    if not stack.chain or stack.chain[0].name != layer.name or lock is None:
+        return set()
+    base = lock.bases.get(stack.base.name)
+    if base is None:
+        return set()
+    env = next((p.environment for p in base.platforms.values() if p.environment), None) or base.environment
+    if env is None:
+        return set()
+    held = {d.split("==", 1)[0].lower() for d in env.get("dists") or ()}
+    entry = python_entry(lock, stack, layer)
+    return {d.name.lower() for d in entry.dists().values() if d.replaces is not None and d.name.lower() not in held}
 
 
 def fetched_binaries(spec: Spec, plan: Plan, stacks: list[Stack], lock: Lock | None) -> list[Finding]:
@@ -278,7 +296,31 @@ def gate(prepared, say: Callable[[str], None], strict: bool = False, require_loc
     if not require_locked:   # what goes on to be built with pip resolving at build time is said
         for f in unpinned(spec, result.plan, stacks, "warning"):
             say(f.render())
+    line = locked_line(spec, result.plan, stacks)
+    if line:
+        say(line)
     return result
+
+
+def locked_line(spec: Spec, plan, stacks: list[Stack]) -> str | None:
+    """One line on what the lock file holds for the pip layers about to be built: installed from their
+    locked sets, or resolved by pip at build time (the IB096 warnings above name those)."""
+    from builder.plan.pinning import PIP
+    from builder.core.lockfile import lock_path
+    locked, loose, seen = [], [], set()
+    for name in (s.name for s in stacks):
+        for node in plan.chain(name):
+            if node.key in seen or not (node.locked or PIP in node.dockerfile):
+                continue
+            seen.add(node.key)
+            (locked if node.locked else loose).append(node.name)
+    if not locked and not loose:
+        return None
+    where = lock_path(spec.file).name
+    if not loose:
+        return f"lock: every pip layer's set is locked ({where}): {', '.join(locked)}"
+    return (f"lock: {len(locked)} of {len(locked) + len(loose)} pip layer(s) locked ({where})"
+            + (f": {', '.join(locked)}" if locked else "") + f"; resolved at build time: {', '.join(loose)}")
 
 
 __all__ = ["review", "gate", "Review"]

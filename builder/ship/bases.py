@@ -2,7 +2,10 @@
 benchmarks share, so that they compute one content key for one set of inputs.
 
 Order of trust: a digest declared in stacks.yaml, then the digest `imgbuild lock` recorded for the same
-image reference (stacks.lock.yaml), then the registry's answer now. Never guessed: a base that none of
+image reference (stacks.lock.yaml), then the registry's answer now. A locked digest the site registry no
+longer holds is a base made again (the mirrored Debian base gets a new digest on every machine that makes it): the
+tag's digest now is used, marked `rebuilt`, and the lock holds only if the image's Python environment is the
+one locked (builder.ship.lock.rebuilt_bases, before anything is built on it). Never guessed: a base that none of
 them answers stays unresolved, with the reason; its keys are provisional (plan says so), and build,
 which must know, refuses.
 
@@ -31,6 +34,9 @@ class Resolved:
     origins: dict = field(default_factory=dict)      # base name -> declared | lock | registry
     references: dict = field(default_factory=dict)   # base name -> the digest its reference names (an index's own)
     unresolved: dict = field(default_factory=dict)   # base name -> why no digest is known
+    # base name -> the digest the lock recorded, where the registry no longer holds it and the tag names another
+    # image now (origin "rebuilt"): its environment decides whether the lock's entries hold
+    rebuilt: dict = field(default_factory=dict)
 
     def require(self) -> dict:
         """The digests, or a RegistryError naming the first base that has none (for build and lock)."""
@@ -74,11 +80,18 @@ def resolve(spec: Spec, stacks: Iterable[str] | None = None, *, lookup: str = "a
         if base.digest:
             out.digests[name], out.origins[name] = base.digest, "declared"
             continue
-        if name in locked and not _missing(locked[name], need.get(name, set())):
-            out.digests[name], out.origins[name] = locked[name], "lock"
-            continue
         ref = Ref.parse(base.ref(spec.site))
-        if lookup == "none" or lookup == "site" and ref.registry != spec.site.registry:
+        may_ask = not (lookup == "none" or lookup == "site" and ref.registry != spec.site.registry)
+        if name in locked and not _missing(locked[name], need.get(name, set())):
+            # Only the site's own registry is asked: that is where bases are made again (the mirrored Debian
+            # base, a site's own base image); a public registry's digests stay, and is not asked on every run.
+            gone = may_ask and ref.registry == spec.site.registry and \
+                _gone(clients.setdefault(ref.registry, registry(ref.registry)), ref, spec.lock.bases[name].digest)
+            if not gone:
+                out.digests[name], out.origins[name] = locked[name], "lock"
+                continue
+            out.rebuilt[name] = spec.lock.bases[name].digest
+        if not may_ask:
             out.unresolved[name] = (f"{ref} is neither pinned by digest nor locked"
                                     + ("" if lookup == "none" else " (only the site registry is asked here)"))
             continue
@@ -97,8 +110,18 @@ def resolve(spec: Spec, stacks: Iterable[str] | None = None, *, lookup: str = "a
             out.unresolved[name] = (f"{ref} has no {', '.join(lacking)} image (it holds "
                                     f"{', '.join(sorted(found[1])) or 'no platform image'})")
             continue
-        out.digests[name], out.origins[name], out.references[name] = found[1], "registry", found[0]
+        out.digests[name], out.origins[name], out.references[name] = \
+            found[1], "rebuilt" if name in out.rebuilt else "registry", found[0]
     return out
+
+
+def _gone(client: Registry, ref: Ref, digest: str) -> bool:
+    """Whether the registry answers that it no longer holds the locked digest of `ref`'s repository. A
+    registry that cannot be asked is no answer: the lock stands, and pulling it says what is wrong."""
+    try:
+        return client.manifest_digest(ref.repo, digest) is None
+    except RegistryError:
+        return False
 
 
 __all__ = ["resolve", "Resolved", "LOOKUPS"]

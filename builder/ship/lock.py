@@ -45,12 +45,76 @@ def probe(engine: Engine, ref: str, kinds=(), platform: str | None = None) -> di
     """Measure an image: {fact: value or None}. Facts it could not measure are left out. kinds: the
     loaded layer kinds, whose `versions:` name the distributions to measure. platform: the image's, where
     the engine runs another (under QEMU)."""
+    return measure(engine, ref, kinds, platform)[0]
+
+
+def measure(engine: Engine, ref: str, kinds=(), platform: str | None = None) -> tuple[dict, dict]:
+    """(facts, environment) of an image: probe's facts, and what decides pip's answer on it (environment)."""
     res = engine.run_container(ref, ["sh", "-c", WRAPPER], mounts=[(str(PROBE), "/imgbuild-probe.py")],
                                input="{}", timeout=600 if platform is None else 3600, platform=platform)
     lines = [line for line in res.stdout.splitlines() if line.startswith("{")]
     if res.returncode != 0 or not lines:
         raise EngineError(f"probing {ref} failed (exit {res.returncode}): {(res.stderr or res.stdout).strip()[-600:]}")
-    return base_facts(json.loads(lines[-1]), kinds)
+    measured = json.loads(lines[-1])
+    return base_facts(measured, kinds), environment(measured)
+
+
+def environment(measured: dict) -> dict:
+    """What decides pip's answer on an image, beside the layers' own definitions: its OS release, its Python
+    (none: a base without Python, whose first layer installs it) and every distribution that Python sees,
+    NAME==VERSION, sorted. A base made again with the same of these keeps its lock entries."""
+    out = {"os": str(measured.get("os") or "unknown"), "python": measured.get("python")}
+    if "dists" in measured:
+        out["dists"] = sorted(f"{n}=={v}" for n, v in (measured.get("dists") or {}).items())
+    return out
+
+
+def environment_change(locked: dict, now: dict) -> list[str]:
+    """What differs between the environment a lock entry was made on and an image's now, a phrase each
+    (empty: the same)."""
+    out = [f"{what} {locked.get(key) or 'none'} -> {now.get(key) or 'none'}"
+           for key, what in (("os", "OS"), ("python", "Python")) if (locked.get(key) or None) != (now.get(key) or None)]
+    was = dict(d.split("==", 1) for d in locked.get("dists") or ())
+    has = dict(d.split("==", 1) for d in now.get("dists") or ())
+    out += [f"{n} {was[n]} -> {has[n]}" for n in sorted(was.keys() & has.keys()) if was[n] != has[n]]
+    out += [f"+{n}=={has[n]} (not there when locked)" for n in sorted(has.keys() - was.keys())]
+    out += [f"-{n}=={was[n]} (gone)" for n in sorted(was.keys() - has.keys())]
+    return out
+
+
+def rebuilt_bases(spec: Spec, resolved, engine: Engine, say: Callable[[str], None]) -> list[str]:
+    """Each base the registry holds made again (builder.ship.bases: its locked digest is gone, its tag names
+    another image) measured now: where its environment is the one locked, the lock's entries hold and that
+    is said; otherwise a line naming what changed, for the caller to refuse."""
+    problems = []
+    for name, old in sorted(resolved.rebuilt.items()):
+        entry = spec.lock.bases[name]
+        now_digest = resolved.digests[name]
+        first = next(iter(now_digest.values())) if isinstance(now_digest, dict) else now_digest
+        platform = next(iter(now_digest)) if isinstance(now_digest, dict) and entry.platforms else None
+        locked_env = (entry.platforms[platform].environment if platform in entry.platforms else entry.environment)
+        ref = spec.bases[name].ref(spec.site)
+        if locked_env is None:
+            problems.append(f"bases.{name}: {ref} was made again ({old[:19]} is gone, the tag names {first[:19]}), and "
+                            "the lock entry records no environment to compare it with; run imgbuild lock base="
+                            f"{name}")
+            continue
+        _, env = measure(engine, f"{ref}@{first}", spec.kinds.values(), platform=platform)
+        change = environment_change(locked_env, env)
+        if change:
+            problems.append(f"bases.{name}: {ref} was made again ({old[:19]} is gone, the tag names {first[:19]}) with "
+                            f"another environment: {'; '.join(change[:12])}"
+                            + (f"; and {len(change) - 12} more" if len(change) > 12 else "")
+                            + f"; run imgbuild lock base={name} and re-lock the layers above it")
+        else:
+            say(f"base {name}: {ref} was made again ({old[:19]} is gone, the tag names {first[:19]}); its environment "
+                f"is the one locked ({_env_words(env)}): the lock holds")
+    return problems
+
+
+def _env_words(env: dict) -> str:
+    return (f"{env.get('os')}, Python {env.get('python') or 'none'}, "
+            f"{len(env.get('dists') or ())} distribution(s)")
 
 
 def base_facts(measured: dict, kinds=()) -> dict:
@@ -152,12 +216,17 @@ def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log
     with tempfile.TemporaryDirectory(prefix="imgbuild-resolve-context-") as tmp:
         context = assemble_context(node, hostconf, Path(tmp) / "context")
         beneath: dict = {}
+        interpreter: dict = {}
         on = engines(engine, [platform])[platform]
         steps = resolve_layer(on.engine, node.dockerfile, context, parent_ref, node.build_args, hostconf, log, progress,
-                              keep=keep, beneath=beneath, platform=platform)
+                              keep=keep, beneath=beneath, platform=platform, environment=interpreter)
     # Valid while the layer, those beneath it and the base as named are unchanged (builder.plan.keys.python_entry).
     out = {"stack": stack.name, "parent": parent_ref, "definition": stack.layer_definition(name, None),
-           "resolved": stamp(), "steps": [[_dist(d) for d in step] for step in steps]}
+           "resolved": stamp(), "steps": [[_dist(d) for d in step] for step in steps],
+           # What decided pip's answer beside the layer's own definition: the interpreter and platform, and what
+           # the image beneath held (its base's environment is in bases:, compared when the base is made again).
+           "environment": {"python": interpreter.get("python_full_version"), "platform": platform,
+                           "beneath": sorted(f"{n}=={v}" for n, v in beneath.items())}}
     if platform != plat.DEFAULT:   # entries for linux/amd64 read as they always did
         out["platform"] = platform
     intents = resolved_intents(spec.layers[name], steps, beneath)
@@ -231,16 +300,16 @@ def lock_base(spec: Spec, name: str, stacks: list[str], engine: Engine, say: Cal
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if not isinstance(got, dict) or found.references.get(name) in got.values():   # one image, not an index
         digest = next(iter(got.values())) if isinstance(got, dict) else got
-        facts = probe(engine, f"{ref}@{digest}", spec.kinds.values())
+        facts, env = measure(engine, f"{ref}@{digest}", spec.kinds.values())
         say(f"{name}: {ref}@{digest}: " + ", ".join(f"{k} {v}" for k, v in facts.items() if v is not None))
-        return {"image": ref, "digest": digest, "probed": now, "facts": facts}
+        return {"image": ref, "digest": digest, "probed": now, "facts": facts, "environment": env}
     wanted = [p for p in plat.PLATFORMS if any(p in spec.stack(s).platforms for s in stacks)]
     on = engines(engine, wanted, say=say)
     per = {}
     for platform in wanted:
         digest = got[platform]
-        facts = probe(on[platform].engine, f"{ref}@{digest}", spec.kinds.values(), platform=platform)
-        per[platform] = {"digest": digest, "facts": facts}
+        facts, env = measure(on[platform].engine, f"{ref}@{digest}", spec.kinds.values(), platform=platform)
+        per[platform] = {"digest": digest, "facts": facts, "environment": env}
         say(f"{name}: {ref} {platform}: {digest}: " + ", ".join(f"{k} {v}" for k, v in facts.items() if v is not None))
     return {"image": ref, "digest": found.references[name], "probed": now, "facts": per[wanted[0]]["facts"],
             "platforms": per}
@@ -260,7 +329,7 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
     resolved on (default each one's first stack). current: the lock as it stands in this run (default the one
     stacks.yaml was read with, Spec.lock); the Lock written is returned third."""
     old = spec.lock if current is ... else current
-    entries = {name: {k: v for k, v in asdict(rec).items() if k != "platforms" or v}
+    entries = {name: {k: v for k, v in asdict(rec).items() if (k != "platforms" or v) and not (k == "environment" and v is None)}
                for name, rec in (old.bases if old else {}).items()}
     layer_entries = {name: asdict(rec) for name, rec in (old.layers if old else {}).items()}
     python_entries = {name: [_plain_python(rec) for rec in recs] for name, recs in (old.python_all if old else {}).items()}
@@ -351,7 +420,8 @@ def _plain_python(rec) -> dict:
     return {"stack": rec.stack, "parent": rec.parent, "definition": rec.definition, "resolved": rec.resolved,
             "steps": [[_dist(d) for d in step] for step in rec.steps],
             **({"intents": [{"intent": i, "locked": o} for i, o in rec.intents]} if rec.intents else {}),
-            **({"platform": rec.platform} if rec.platform != plat.DEFAULT else {})}
+            **({"platform": rec.platform} if rec.platform != plat.DEFAULT else {}),
+            **({"environment": rec.environment} if rec.environment is not None else {})}
 
 
 def _dist(d) -> dict:

@@ -600,6 +600,13 @@ def build(prepared, say: Say, docker: str | None = None, date: str | None = None
     registry.ping()
     registry.retries = True   # from here a registry that restarts is waited for (registry.BACKOFF)
     plan = prepared.require()
+    if prepared.bases.rebuilt:   # a base made again: built on only where its environment is the one locked
+        from builder.ship.lock import rebuilt_bases
+        problems = rebuilt_bases(spec, prepared.bases, engine, say)
+        if problems:
+            raise SpecError("the lock no longer holds for a base made again: " + "\n  ".join(problems),
+                            file=spec.lock.file, hint="imgbuild lock base=NAME, then imgbuild lock stack=NAME for "
+                                                      "the stacks on it; nothing was built")
     builder = Builder(spec, engine, registry, HostConf.from_env(), say, gpu=gpu, progress=view)
     host = engine.env.get("DOCKER_HOST")   # which daemon, when it is not the default one
     say(f"engine: {engine.cli}{f' at {host}' if host else ''} ({'buildx' if engine.mode == 'buildx' else 'built-in BuildKit'}); registry "

@@ -180,12 +180,13 @@ def read_report(data: bytes, where: str, before: dict | None = None, wheelhouse:
 def resolve_layer(engine: Engine, dockerfile: str, context: Path, parent_ref: str, build_args: dict,
                   hostconf: HostConf, log: Path, progress: Callable[[str], None] = lambda line: None,
                   keep: list[str] | None = None, beneath: dict | None = None,
-                  platform: str | None = None) -> list[list[Resolved]]:
+                  platform: str | None = None, environment: dict | None = None) -> list[list[Resolved]]:
     """Run the layer's pip commands as `resolving` rewrites them, on parent_ref, in the layer's build
     context: what each command installs, in order. keep: requirements (NAME==VERSION) every command must
     honour, so that only what is left out of them may move (`lock --upgrade NAME`). beneath: filled with
     what the image beneath holds (canonical name -> version), the answer to a requirement it satisfies.
-    platform: the one resolved for (pip picks each platform's wheels, with their own hashes)."""
+    platform: the one resolved for (pip picks each platform's wheels, with their own hashes). environment:
+    filled with the values of the interpreter pip resolved for (python_full_version, platform_machine)."""
     beneath = {} if beneath is None else beneath
     if keep is not None:
         (context / "imgbuild-lock").mkdir(exist_ok=True)
@@ -209,6 +210,10 @@ def resolve_layer(engine: Engine, dockerfile: str, context: Path, parent_ref: st
                                   hint=f"full log: {log}")
             steps.append(read_report(path.read_bytes(), f"pip command {n + 1} of {count}", before, hostconf.wheelhouse,
                                      hostconf.offline))
+            if n == 0 and environment is not None:   # the interpreter pip resolved for (its markers' values)
+                env = (json.loads(path.read_bytes()).get("environment") or {})
+                environment.update({k: str(env[k]) for k in ("python_full_version", "platform_machine",
+                                                            "implementation_name") if k in env})
         beneath.update(before)
         return steps
     finally:

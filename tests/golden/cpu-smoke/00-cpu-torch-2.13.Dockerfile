@@ -10,7 +10,8 @@ RUN python3 -m venv /opt/venv
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # The wheelhouse is bind-mounted from the build context: the wheel is checked, installed, never copied.
-RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+RUN --mount=type=bind,source=imgbuild-lock,target=/imgbuild-lock \
+    --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
     --mount=type=secret,id=netrc,target=/root/.netrc \
@@ -19,7 +20,7 @@ RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
     if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
     echo '6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b  /wheelhouse/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl' | sha256sum --check --strict - \
- && python -m pip install --progress-bar off ninja==1.11.1.4 setuptools==80.9.0 wheel==0.45.1 /wheelhouse/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
+ && python -m pip install --progress-bar off --no-deps --require-hashes -r /imgbuild-lock/00.txt
 RUN mkdir -p /etc/imgbuild \
  && python -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > /etc/imgbuild/constraints.txt \
  && cat /etc/imgbuild/constraints.txt

@@ -4,7 +4,8 @@ FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # Ops compiled now rather than JIT-compiled on every node at first use.
-RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+RUN --mount=type=bind,source=imgbuild-lock,target=/imgbuild-lock \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
     --mount=type=secret,id=netrc,target=/root/.netrc \
     --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
@@ -28,7 +29,7 @@ RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
         CFLAGS='-march=x86-64-v2 -mtune=generic' CXXFLAGS='-march=x86-64-v2 -mtune=generic'; \
     export DS_BUILD_CPU_ADAM=1; \
     export DS_BUILD_SHM_COMM=1; \
-    python -m pip install --progress-bar off --no-build-isolation deepspeed==0.19.8
+    python -m pip install --progress-bar off --no-build-isolation --no-deps --require-hashes -r /imgbuild-lock/00.txt
 
 LABEL io.imgbuild.layer="ds-0.19.8-cpu" \
       io.imgbuild.kind="deepspeed"

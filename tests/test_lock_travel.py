@@ -1,0 +1,102 @@
+"""Issue 36, without an engine: what a lock entry states of the environment pip resolved in, how a change of it
+is named, the lock in generated CI (a first `lock --check` job, --require-locked builds, each of them a
+site's to turn off), and the imgbuild version a pipeline pins. The engine half (a base made again keeps its
+lock; another package in it is named and builds nothing; gitlab-ci-local stops at a stale lock) is in
+test_docker_intent.py and test_docker_gitlab.py."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from builder.core.lockfile import load_lock, parse_lock
+from builder.errors import SpecError
+from builder.ship.lock import environment, environment_change
+from conftest import REPO, run_cli, shipped_data, write_stacks
+
+
+def test_an_environment_is_the_os_the_python_and_every_distribution():
+    env = environment({"os": "debian-12", "python": "3.11.2", "dists": {"numpy": "2.1.0", "pip": "23.0.1"}})
+    assert env == {"os": "debian-12", "python": "3.11.2", "dists": ["numpy==2.1.0", "pip==23.0.1"]}
+    # A base without Python (the mirrored Debian base): its OS alone, and no list
+    assert environment({"os": "debian-12"}) == {"os": "debian-12", "python": None}
+
+
+def test_a_change_of_environment_is_named_item_by_item():
+    was = {"os": "debian-12", "python": "3.11.2", "dists": ["numpy==2.1.0", "pip==23.0.1", "six==1.16.0"]}
+    assert environment_change(was, dict(was)) == []
+    now = {"os": "debian-12", "python": "3.11.9", "dists": ["extra==1.0", "numpy==2.2.0", "pip==23.0.1"]}
+    assert environment_change(was, now) == ["Python 3.11.2 -> 3.11.9", "numpy 2.1.0 -> 2.2.0",
+                                            "+extra==1.0 (not there when locked)", "-six==1.16.0 (gone)"]
+    assert environment_change({"os": "debian-12", "python": None}, {"os": "ubuntu-24.04", "python": "3.12.3"}) == \
+        ["OS debian-12 -> ubuntu-24.04", "Python none -> 3.12.3"]
+
+
+def test_the_shipped_lock_records_the_environments_it_stands_for():
+    lock = load_lock(REPO / "stacks.yaml")
+    base = lock.bases["debian-bookworm"]
+    assert base.platforms["linux/amd64"].environment == {"os": "debian-12", "python": None}
+    for name in ("cpu-torch-2.13", "ds-0.19.8-cpu", "smoke-train"):
+        env = lock.python[name].environment
+        assert env["python"] == "3.11.2" and env["platform"] == "linux/amd64" and env["beneath"], name
+    # What the layers beneath installed is what the one above was resolved on.
+    torch = {f"{d.name}=={d.version}" for d in lock.python["cpu-torch-2.13"].dists().values()}
+    assert "torch==2.13.0+cpu" in torch and "torch==2.13.0+cpu" in lock.python["ds-0.19.8-cpu"].environment["beneath"]
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({"os": "debian-12", "dists": "numpy==1"}, "environment is not a mapping with a dists list"),
+    ({"os": "debian-12", "dists": ["numpy"]}, "is not NAME==VERSION"),
+    ("debian-12", "environment is not a mapping"),
+])
+def test_a_malformed_environment_is_refused_naming_the_lock_file(tmp_path, bad, words):
+    data = {"version": 1, "bases": {"b": {"image": "r/x:1", "digest": "sha256:" + "a" * 64, "probed": "t",
+                                          "facts": {}, "environment": bad}}}
+    with pytest.raises(SpecError, match=words) as err:
+        parse_lock(data, tmp_path / "stacks.lock.yaml")
+    assert err.value.file == str(tmp_path / "stacks.lock.yaml")
+
+
+def _pipeline(tmp_path, cli, system: str, ci: dict) -> tuple[dict, str]:
+    data = shipped_data()
+    data["stacks"] = {"cpu-smoke": data["stacks"]["cpu-smoke"]}
+    data["site"]["ci"] = ci
+    res = cli("ci", system, "--all", "--offline", "-f", str(write_stacks(tmp_path / system, data, lock=True)))
+    assert res.code == 0, res.output
+    return yaml.safe_load(res.out), res.out
+
+
+@pytest.mark.parametrize("system", ["gitlab", "github"])
+def test_a_site_may_turn_the_lock_jobs_off_and_the_file_says_so(cli, tmp_path, system):
+    doc, text = _pipeline(tmp_path, cli, system, {})
+    jobs = doc if system == "gitlab" else doc["jobs"]
+    assert "lock-check" in jobs and "site.ci.lock_check" not in text and "site.ci.require_locked" not in text
+    doc, text = _pipeline(tmp_path, cli, system, {"lock_check": False, "require_locked": False})
+    jobs = doc if system == "gitlab" else doc["jobs"]
+    scripts = "\n".join(str(j.get("script") or j.get("steps")) for j in jobs.values() if isinstance(j, dict))
+    assert "lock-check" not in jobs and "--require-locked" not in scripts and "--require-locked" in text
+    assert "# imgbuild: site.ci.lock_check: false: no job runs `imgbuild lock --check`" in text
+    assert "# imgbuild: site.ci.require_locked: false: node jobs build without --require-locked" in text
+    # Node jobs at the bottom of a chain then need nothing (GitHub: the self-check)
+    first = next(j for name, j in jobs.items() if name.startswith("node-cpu-torch"))
+    assert first["needs"] == ([] if system == "gitlab" else ["workflow-current"])
+
+
+@pytest.mark.parametrize("value", ["no", 0, [True]])
+def test_the_lock_settings_take_true_or_false_only(tmp_path, value):
+    data = shipped_data()
+    data["site"]["ci"] = {"require_locked": value}
+    res = run_cli("check", "stack=cpu-smoke", "-f", write_stacks(tmp_path, data))
+    assert res.code == 2 and "site.ci.require_locked" in res.err and "expected true or false" in res.err, res.output
+
+
+def test_a_runner_with_another_imgbuild_is_refused(monkeypatch):
+    """The pipeline's IMGBUILD_REQUIRE_VERSION: every command refuses under another version, before it does anything."""
+    from builder import __version__
+    monkeypatch.setenv("IMGBUILD_REQUIRE_VERSION", "0.0.1-not-this")
+    for _ in range(2):
+        res = run_cli("plan", "--offline", "-f", REPO / "stacks.yaml")
+        assert res.code == 2 and f"this pipeline pins imgbuild 0.0.1-not-this (IMGBUILD_REQUIRE_VERSION) and the " \
+                                  f"runner has imgbuild {__version__}" in res.err, res.output
+        assert res.out == ""
+    monkeypatch.setenv("IMGBUILD_REQUIRE_VERSION", __version__)
+    assert run_cli("plan", "--offline", "-f", REPO / "stacks.yaml").code == 0
