@@ -490,6 +490,30 @@ def ci_github(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, 
 
 
 @app.command()
+def facts(as_json: bool = JsonOpt) -> None:
+    """The bases the catalog knows (NGC PyTorch and JAX months) with their torch, CUDA, cuDNN, NCCL and Python,
+    and the framework releases it knows: what `check` judges a stack by where nothing was measured."""
+    from builder.core import catalog
+    json_mode("facts", as_json)
+    cols = ("torch", "jax", "cuda", "cudnn", "nccl", "python")
+    bases = {}
+    for framework, label in catalog.FRAMEWORK_NAME.items():
+        for month, rel in sorted(catalog.ngc_releases(framework).items()):
+            have = dict(rel.facts)
+            bases[f"nvcr.io/nvidia/{framework}:{month}-py3"] = {**{c: have.get(c) for c in cols}, "source": rel.source}
+    width = max(map(len, bases))
+    echo(f"{'base':<{width}}  " + "  ".join(f"{c:<18}" for c in cols))
+    for image, row in bases.items():
+        echo(f"{image:<{width}}  " + "  ".join(f"{row[c] or '-':<18}" for c in cols))
+    releases = {field: [str(v) for v in catalog.releases(field).value] for field in
+                ("deepspeed", "megatron", "transformer_engine", "flash_attn")}
+    for field, versions in releases.items():
+        echo(f"{field}: {len(versions)} releases, {versions[0]} to {versions[-1]} ({catalog.releases(field).source})")
+    echo("- : not in the catalog (imgbuild lock base=NAME measures a base; measured beats catalog)")
+    reply({"bases": bases, "releases": releases})
+
+
+@app.command()
 def kinds(name: Optional[str] = typer.Argument(None, help="A kind's name: its parameters and checks."),
           kinds_dirs: Optional[List[Path]] = KindsOpt,
           as_json: bool = JsonOpt,

@@ -51,3 +51,43 @@ def test_every_list_names_where_it_was_read():
         known = catalog.releases(field)
         assert known.verified and known.source and list(known.value) == sorted(known.value) and len(known.value) > 10
     assert catalog.releases("apex") is None
+
+
+def _ngc(tmp_path, month: str, provides: bool = False):
+    data = shipped_data()
+    base = data["bases"]["ngc-25.09"]
+    base["image"] = f"nvcr.io/nvidia/pytorch:{month}-py3"
+    if not provides:
+        base.pop("provides")
+        base.pop("source", None)
+    res = run_cli("check", "--strict", "--json", "-f", write_stacks(tmp_path / month, data))
+    doc = json.loads(res.out)
+    return res, [f for f in doc["findings"] if f["stack"] in ("h100-megatron", "h100-megatron-next")]
+
+
+def test_an_ngc_month_that_cannot_exist_is_one_error_for_the_base(tmp_path):
+    for _ in range(2):
+        res, found = _ngc(tmp_path, "25.13")
+        assert res.code == 3   # preflight refused it (README: Exit codes)
+        assert [(f["rule"], f["severity"], f["key"]) for f in found] == [("IB004", "error", "bases.ngc-25.09.image")], found
+        assert found[0]["message"].startswith("NGC PyTorch 25.13 is not a month NGC can have") and \
+            "check(s) of h100-megatron, h100-megatron-next cannot be judged" in found[0]["message"], found
+
+
+def test_an_ngc_month_the_catalog_lacks_is_one_unknown_naming_the_months_it_knows(tmp_path):
+    _, found = _ngc(tmp_path, "26.02")
+    assert [(f["rule"], f["severity"]) for f in found] == [("IB004", "unknown")], found
+    assert "it knows 23.04 to 25.12" in found[0]["message"] and "imgbuild lock base=ngc-25.09" in found[0]["fix"]
+    # A base that declares what it provides is judged by that: no IB004, its own findings stand.
+    _, found = _ngc(tmp_path, "26.03", provides=True)
+    assert not [f for f in found if f["rule"] == "IB004"], found
+
+
+def test_facts_lists_the_bases_and_releases_the_catalog_knows():
+    res = run_cli("facts", "--json")
+    assert res.code == 0, res.output
+    doc = json.loads(res.out)
+    row = doc["bases"]["nvcr.io/nvidia/pytorch:25.09-py3"]
+    assert row["torch"] and row["cuda"] and row["python"] and row["source"]
+    assert "0.16.9" in doc["releases"]["deepspeed"] and "0.16.99" not in doc["releases"]["deepspeed"]
+    assert run_cli("facts").out.splitlines()[0].split()[:4] == ["base", "torch", "jax", "cuda"]

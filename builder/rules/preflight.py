@@ -185,7 +185,9 @@ def never_released(ctx: Ctx) -> Iterator[Finding]:
         if known is None or fact.origin != "declared" or not isinstance(fact.value, Version):
             continue
         published = known.value
-        if fact.value in published or fact.value > published[-1] or fact.value < published[0]:
+        # A pre-release or a local build (0.14.0rc0, 2.9.0a0+git) is judged by the release it leads to.
+        value = Version(fact.value.base_version) if fact.value.is_prerelease or fact.value.local else fact.value
+        if value in published or value > published[-1] or value < published[0]:
             continue
         below = [v for v in published if v < fact.value][-2:]
         above = [v for v in published if v > fact.value][:2]

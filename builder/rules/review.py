@@ -88,8 +88,47 @@ def review(prepared, strict: bool = False, require_locked: bool = False) -> Revi
              + intent + fetched_binaries(spec, plan, stacks, lock))
     if require_locked:
         found += _unlocked(spec, stacks, lock) + unpinned(spec, plan, stacks, "error")
+    found = unknown_bases(spec, stacks, lock, found)
     found = _waive(spec, stacks, found, set(rendered))
     return Review(ordered(make_strict(found) if strict else found), lock, plan)
+
+
+def unknown_bases(spec: Spec, stacks: list[Stack], lock: Lock | None, found: list[Finding]) -> list[Finding]:
+    """IB004: an NGC base whose month the catalog does not know, that declares nothing it provides and that no
+    lock entry measured: nothing is known of it, so every rule that needs its torch, CUDA or Python says so, once
+    per stack (NGC 25.13 gave nine such lines and none saying why). One finding for the base instead, with the
+    months the catalog knows; the unknowns of its stacks are folded into it. A month that cannot exist (13 and
+    above) is an error: the pull would fail."""
+    out, folded = [], {}
+    for base in {s.base.name: s.base for s in stacks}.values():
+        framework = catalog.NGC_FRAMEWORK.get(base.family)
+        m = catalog.NGC_TAG.search(base.image)
+        if framework is None or m is None or catalog.base_record(base.family, base.image) is not None:
+            continue
+        entry = lock.bases.get(base.name) if lock is not None else None
+        if base.provides or (entry is not None and base.locked_by(entry, spec.site) and entry.facts):
+            continue
+        users = [s.name for s in stacks if s.base.name == base.name]
+        months = sorted(catalog.ngc_releases(framework), key=lambda r: tuple(map(int, r.split("."))))
+        month = m.group(2)
+        impossible = not 1 <= int(month.split(".")[1]) <= 12
+        dropped = [f for f in found if f.severity == "unknown" and f.stack in users]
+        folded[base.name] = dropped
+        key = ("bases", base.name, "image")
+        name = f"NGC {catalog.FRAMEWORK_NAME[framework]} {month}"
+        out.append(Finding(
+            rule="IB004", severity="error" if impossible else "unknown", file=spec.file,
+            line=spec.doc.line(key) if spec.doc else None, key=dotted(key), stack=users[0],
+            message=(f"{name} is not a month NGC can have: no such image exists" if impossible else
+                     f"{name} is not a release the catalog knows (it knows {months[0]} to {months[-1]}), and the "
+                     f"base declares nothing it provides: its torch, CUDA and Python are unknown")
+                    + (f"; {len(dropped)} check(s) of {', '.join(users)} cannot be judged until they are known"
+                       if dropped else ""),
+            source=f"the catalog's NGC {catalog.FRAMEWORK_NAME[framework]} months (imgbuild facts lists them)",
+            fix=(f"name a month that exists (imgbuild facts lists the ones the catalog knows)" if impossible else
+                 f"measure it (imgbuild lock base={base.name}), or declare bases.{base.name}.provides")))
+    drop = {id(f) for fs in folded.values() for f in fs}
+    return [f for f in found if id(f) not in drop] + out
 
 
 def _unlocked(spec: Spec, stacks: list[Stack], lock: Lock | None) -> list[Finding]:
