@@ -44,21 +44,7 @@ def stacks_file(work: Path, name: str, mutate=lambda data: None) -> Path:
     mutate(data)
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    write_lock(path)
     return path
-
-
-def write_lock(path: Path) -> None:
-    """The shipped lock beside a copy of stacks.yaml (NAME.lock.yaml), as a site commits it with its stacks: its
-    pip layers build from their locked sets (an entry of a layer a test changed no longer applies, and that
-    layer is resolved at build time, with IB096 said). Without its bases: the mirrored base's digest is this
-    machine's own, and a base made again is proven once (test_docker_intent), not measured by every build."""
-    shipped = ROOT / "stacks.lock.yaml"
-    if not shipped.is_file():
-        return
-    data = yaml.safe_load(shipped.read_text())
-    data["bases"] = {}
-    path.with_name(path.stem + ".lock.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def env_for(work: Path) -> dict:

@@ -66,6 +66,7 @@ def repo(tmp_path_factory) -> dict:
     data["site"] = {"registry": REGISTRY, "namespace": NS_GH}
     data["stacks"] = {"cpu-smoke": data["stacks"]["cpu-smoke"]}
     (path / "stacks.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    shutil.copyfile(ROOT / "stacks.lock.yaml", path / "stacks.lock.yaml")   # committed with it: its first job checks it
     (path / ".github" / "workflows").mkdir(parents=True)
     # Written online (the base's digest asked of the registry), as a site commits it.
     proc = subprocess.run([*IMGBUILD.split(), "ci", "github", "--all", "-f", "stacks.yaml", "--imgbuild", IMGBUILD,

@@ -90,8 +90,11 @@ def rebuilt_bases(spec: Spec, resolved, engine: Engine, say: Callable[[str], Non
     for name, old in sorted(resolved.rebuilt.items()):
         entry = spec.lock.bases[name]
         now_digest = resolved.digests[name]
-        first = next(iter(now_digest.values())) if isinstance(now_digest, dict) else now_digest
-        platform = next(iter(now_digest)) if isinstance(now_digest, dict) and entry.platforms else None
+        # An index: the entry of a platform the lock measured (the mirrored Debian base's index also holds an
+        # arm64 image that no amd64 stack was locked on).
+        platform = next((p for p in now_digest if p in entry.platforms), None) if isinstance(now_digest, dict) else None
+        first = (now_digest[platform] if platform else next(iter(now_digest.values()))) \
+            if isinstance(now_digest, dict) else now_digest
         locked_env = (entry.platforms[platform].environment if platform in entry.platforms else entry.environment)
         ref = spec.bases[name].ref(spec.site)
         if locked_env is None:

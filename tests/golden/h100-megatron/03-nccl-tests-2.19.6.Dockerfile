@@ -43,7 +43,7 @@ RUN mkdir -p /usr/local/libexec/imgbuild; \
  && install -d /opt/nccl-tests/bin \
  && install -m 755 /tmp/imgbuild-nccl-tests/all_reduce_perf /tmp/imgbuild-nccl-tests/all_gather_perf /tmp/imgbuild-nccl-tests/reduce_scatter_perf /tmp/imgbuild-nccl-tests/alltoall_perf /opt/nccl-tests/bin \
  && rm -rf /tmp/imgbuild-nccl-tests /tmp/imgbuild-nccl \
- && if ldd /opt/nccl-tests/bin/all_reduce_perf | grep -q 'libnccl.* not found'; then \
+ && if ldd /opt/nccl-tests/bin/all_reduce_perf | grep 'libnccl.* not found' >/dev/null; then \
         dirname "$(readlink -f "$lib")" > /etc/ld.so.conf.d/imgbuild-nccl-tests.conf && ldconfig; \
     fi
 ENV PATH="/opt/nccl-tests/bin${PATH:+:${PATH}}"
