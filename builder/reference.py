@@ -22,7 +22,8 @@ KEY_DOCS = {
         "bases": "Images the site does not build (an NGC release, a mirrored Debian), by name.",
         "layers": "Framework layers: a kind and its parameters, by name (shared by every stack that names them).",
         "projects": "A team's pins (a Megatron-LM commit, extra packages): the layer a stack ends with.",
-        "runtimes": "Runtime environment layers (NCCL, IB, OMP settings): the very top of a stack.",
+        "runtimes": "Runtime environment layers (NCCL, IB, OMP settings): above a stack's layers and beneath its "
+                    "project (a new project pin rebuilds the project alone).",
         "stacks": "What is built and released: a base, layers, a project, a runtime, GPUs and tags.",
     },
     "site": {
@@ -108,7 +109,8 @@ KEY_DOCS = {
         "description": "Free text.",
         "base": "A name under bases.",
         "layers": "Names under layers, bottom to top.",
-        "project": "A name under projects, or a list of them: each a layer at the top, in the order given.",
+        "project": "A name under projects, or a list of them: each a layer at the top, above the runtime, in the "
+                   "order given.",
         "runtime": "A name under runtimes.",
         "above": "Layers installed above the projects, in order (a package into a project's virtual environment).",
         "gpus": "Target GPUs by catalog name (A100, H100, H200, ...): the arch lists and the GPU runners follow.",

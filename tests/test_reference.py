@@ -12,6 +12,7 @@ from builder import reference
 from builder.load import spec as spec_mod
 from builder.load.kindpath import find_kinds
 from builder.load.kinds import load_kinds
+from builder.load.spec import load_spec
 from conftest import REPO
 
 PAGE = REPO / "docs" / "stacks-reference.md"
@@ -122,3 +123,16 @@ def test_a_gpu_spelled_in_the_wrong_case_gets_did_you_mean(cli, tmp_path, typo, 
     file.write_text(yaml.safe_dump(data, sort_keys=False))
     res = cli("check", "-f", str(file))
     assert res.code == 2 and f"stacks.h100-megatron.gpus[0]: unknown GPU {typo!r} (did you mean {meant!r}?)" in res.err, res.err
+
+
+def test_the_docs_put_the_runtime_where_the_plan_does():
+    """Issue 36: the README said "at the top", the reference "the very top", and the plan puts the runtime beneath
+    the project. The plan is the truth; the README and the reference say what it does."""
+    from builder.plan.keys import make_plan
+    plan = make_plan(load_spec(REPO / "stacks.yaml"), ["cpu-smoke"])
+    kinds = [n.layer.kind.name for n in plan.chain("cpu-smoke")]
+    assert kinds.index("runtime-env") == len(kinds) - 2 and kinds[-1] == "project", kinds
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "the runtime beneath the project" in readme and "at the top." not in readme
+    page = PAGE.read_text()
+    assert "above a stack's layers and beneath its project" in page and "very top" not in page
