@@ -497,7 +497,7 @@ def facts(as_json: bool = JsonOpt) -> None:
     json_mode("facts", as_json)
     cols = ("torch", "jax", "cuda", "cudnn", "nccl", "python")
     bases = {}
-    for framework, label in catalog.FRAMEWORK_NAME.items():
+    for framework in catalog.FRAMEWORK_NAME:
         for month, rel in sorted(catalog.ngc_releases(framework).items()):
             have = dict(rel.facts)
             bases[f"nvcr.io/nvidia/{framework}:{month}-py3"] = {**{c: have.get(c) for c in cols}, "source": rel.source}
@@ -505,10 +505,10 @@ def facts(as_json: bool = JsonOpt) -> None:
     echo(f"{'base':<{width}}  " + "  ".join(f"{c:<18}" for c in cols))
     for image, row in bases.items():
         echo(f"{image:<{width}}  " + "  ".join(f"{row[c] or '-':<18}" for c in cols))
-    releases = {field: [str(v) for v in catalog.releases(field).value] for field in
-                ("deepspeed", "megatron", "transformer_engine", "flash_attn")}
+    known = {field: catalog.releases(field) for field in ("deepspeed", "megatron", "transformer_engine", "flash_attn")}
+    releases = {field: [str(v) for v in k.value] for field, k in known.items()}
     for field, versions in releases.items():
-        echo(f"{field}: {len(versions)} releases, {versions[0]} to {versions[-1]} ({catalog.releases(field).source})")
+        echo(f"{field}: {len(versions)} releases, {versions[0]} to {versions[-1]} ({known[field].source})")
     echo("- : not in the catalog (imgbuild lock base=NAME measures a base; measured beats catalog)")
     reply({"bases": bases, "releases": releases})
 
@@ -895,7 +895,8 @@ def probe(target: str = typer.Argument(..., help="base=NAME, or layer=NAME (its 
     from builder.ship.bases import resolve as resolve_bases
     from builder.ship.engine import Engine
     from builder.rules.facts import resolve
-    from builder.ship.lock import layer_image, probe as run_probe, stack_of
+    from builder.ship.lock import layer_image, stack_of
+    from builder.ship.measure import probe as run_probe
     json_mode("probe", as_json)
     spec = load_spec(file, kinds=kinds or None)
     key, _, name = target.partition("=")
@@ -931,7 +932,7 @@ def _rebuilt_bases(spec, docker: str | None) -> list[str]:
     again, and the lock holds only where the image's environment is the one locked (measured here). Where the
     registry or the engine cannot be asked, that is said, and the file alone is judged."""
     from builder.ship.bases import resolve as resolve_bases
-    from builder.ship.lock import rebuilt_bases
+    from builder.ship.measure import rebuilt_bases
     if spec.lock is None or not spec.lock.bases:
         return []
     found = resolve_bases(spec, lookup="site")

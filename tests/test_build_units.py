@@ -312,7 +312,7 @@ def test_every_check_type_a_kind_may_name_has_a_judge_and_no_judge_is_unreachabl
 def test_lock_reads_the_one_probe_output_as_base_facts():
     """lock, the checks and the GPU node check share builder/ship/checks/probe.py; lock maps its output to
     base facts: None means measured and not installed, a missing name was not measured."""
-    from builder.ship.lock import base_facts
+    from builder.ship.measure import base_facts
     from builder.load.spec import load_spec
     kinds = load_spec(Path(__file__).resolve().parent.parent / "stacks.yaml").kinds.values()
     assert base_facts({"os": "debian-12"}, kinds) == {"os": "debian-12"}          # no Python: all else unknown

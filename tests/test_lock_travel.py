@@ -10,7 +10,7 @@ import yaml
 
 from builder.core.lockfile import load_lock, parse_lock
 from builder.errors import SpecError
-from builder.ship.lock import environment, environment_change
+from builder.ship.measure import environment, environment_change
 from conftest import REPO, run_cli, shipped_data, write_stacks
 
 

@@ -15,7 +15,7 @@ from e2e import NS
 from builder.ship.engine import Engine
 from builder.rules.facts import resolve
 from builder.core.lockfile import load_lock
-from builder.ship.lock import probe
+from builder.ship.measure import probe
 from builder.rules.preflight import preflight
 from builder.ship.registry import Registry
 from builder.load.spec import load_spec

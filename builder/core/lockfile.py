@@ -38,7 +38,7 @@ class LockedBase:
     # Where the image is an index: platform -> LockedPlatform, each entry's own digest and measurements
     # (NGC's arm64 image has its own digest, and may hold other versions than its amd64 one).
     platforms: dict = field(default_factory=dict)
-    # What decides pip's answer on it (builder.ship.lock.environment): os, python, dists. A base made again
+    # What decides pip's answer on it (builder.ship.measure.environment): os, python, dists. A base made again
     # with the same keeps the entries above it. None in a lock written before it was recorded.
     environment: dict | None = None
 

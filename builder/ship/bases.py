@@ -5,7 +5,7 @@ Order of trust: a digest declared in stacks.yaml, then the digest `imgbuild lock
 image reference (stacks.lock.yaml), then the registry's answer now. A locked digest the site registry no
 longer holds is a base made again (the mirrored Debian base gets a new digest on every machine that makes it): the
 tag's digest now is used, marked `rebuilt`, and the lock holds only if the image's Python environment is the
-one locked (builder.ship.lock.rebuilt_bases, before anything is built on it). Never guessed: a base that none of
+one locked (builder.ship.measure.rebuilt_bases, before anything is built on it). Never guessed: a base that none of
 them answers stays unresolved, with the reason; its keys are provisional (plan says so), and build,
 which must know, refuses.
 
@@ -31,7 +31,7 @@ LOOKUPS = ("all", "site", "none")
 class Resolved:
     # base name -> sha256 digest, or {platform: digest} for the entries of an index (builder.plan.keys.base_ref)
     digests: dict = field(default_factory=dict)
-    origins: dict = field(default_factory=dict)      # base name -> declared | lock | registry
+    origins: dict = field(default_factory=dict)      # base name -> declared | lock | registry | rebuilt
     references: dict = field(default_factory=dict)   # base name -> the digest its reference names (an index's own)
     unresolved: dict = field(default_factory=dict)   # base name -> why no digest is known
     # base name -> the digest the lock recorded, where the registry no longer holds it and the tag names another

@@ -601,7 +601,7 @@ def build(prepared, say: Say, docker: str | None = None, date: str | None = None
     registry.retries = True   # from here a registry that restarts is waited for (registry.BACKOFF)
     plan = prepared.require()
     if prepared.bases.rebuilt:   # a base made again: built on only where its environment is the one locked
-        from builder.ship.lock import rebuilt_bases
+        from builder.ship.measure import rebuilt_bases
         problems = rebuilt_bases(spec, prepared.bases, engine, say)
         if problems:
             raise SpecError("the lock no longer holds for a base made again: " + "\n  ".join(problems),
