@@ -99,7 +99,7 @@ def unknown_bases(spec: Spec, stacks: list[Stack], lock: Lock | None, found: lis
     per stack (NGC 25.13 gave nine such lines and none saying why). One finding for the base instead, with the
     months the catalog knows; the unknowns of its stacks are folded into it. A month that cannot exist (13 and
     above) is an error: the pull would fail."""
-    out, folded = [], {}
+    out, dropped_all = [], set()
     for base in {s.base.name: s.base for s in stacks}.values():
         framework = catalog.NGC_FRAMEWORK.get(base.family)
         m = catalog.NGC_TAG.search(base.image)
@@ -113,7 +113,7 @@ def unknown_bases(spec: Spec, stacks: list[Stack], lock: Lock | None, found: lis
         month = m.group(2)
         impossible = not 1 <= int(month.split(".")[1]) <= 12
         dropped = [f for f in found if f.severity == "unknown" and f.stack in users]
-        folded[base.name] = dropped
+        dropped_all.update(id(f) for f in dropped)
         key = ("bases", base.name, "image")
         name = f"NGC {catalog.FRAMEWORK_NAME[framework]} {month}"
         out.append(Finding(
@@ -125,10 +125,9 @@ def unknown_bases(spec: Spec, stacks: list[Stack], lock: Lock | None, found: lis
                     + (f"; {len(dropped)} check(s) of {', '.join(users)} cannot be judged until they are known"
                        if dropped else ""),
             source=f"the catalog's NGC {catalog.FRAMEWORK_NAME[framework]} months (imgbuild facts lists them)",
-            fix=(f"name a month that exists (imgbuild facts lists the ones the catalog knows)" if impossible else
+            fix=("name a month that exists (imgbuild facts lists the ones the catalog knows)" if impossible else
                  f"measure it (imgbuild lock base={base.name}), or declare bases.{base.name}.provides")))
-    drop = {id(f) for fs in folded.values() for f in fs}
-    return [f for f in found if id(f) not in drop] + out
+    return [f for f in found if id(f) not in dropped_all] + out
 
 
 def _unlocked(spec: Spec, stacks: list[Stack], lock: Lock | None) -> list[Finding]:
@@ -163,7 +162,7 @@ def replaced(spec: Spec, stacks: list[Stack], lock: Lock | None) -> list[Finding
                 continue
             seen.add(layer.name)
             swap = dict(layer.params).get("replace_torch")
-            own = _own_before(lock, stack, layer)
+            own = _own_before(lock, stack, layer, entry)
             for d in entry.dists().values():
                 if d.replaces is None or (swap and d.name.lower() == "torch") or d.name.lower() in own:
                     continue
@@ -180,11 +179,11 @@ def replaced(spec: Spec, stacks: list[Stack], lock: Lock | None) -> list[Finding
     return out
 
 
-def _own_before(lock: Lock, stack: Stack, layer) -> set:
+def _own_before(lock: Lock, stack: Stack, layer, entry) -> set:
     """The distributions a stack's first layer installed itself before its first pip command (the venv's own
     pip and setuptools, from ensurepip): what it "replaces" there is not the image beneath's. Known where the
     lock measured the base's environment; a base without Python holds none."""
-    if not stack.chain or stack.chain[0].name != layer.name or lock is None:
+    if stack.chain[0].name != layer.name:
         return set()
     base = lock.bases.get(stack.base.name)
     if base is None:
@@ -193,7 +192,6 @@ def _own_before(lock: Lock, stack: Stack, layer) -> set:
     if env is None:
         return set()
     held = {d.split("==", 1)[0].lower() for d in env.get("dists") or ()}
-    entry = python_entry(lock, stack, layer)
     return {d.name.lower() for d in entry.dists().values() if d.replaces is not None and d.name.lower() not in held}
 
 
