@@ -183,7 +183,8 @@ def pipeline(spec: Spec, plan: Plan, stacks: list[Stack], system: str, common: t
     lock_needs: tuple = ()
     if ci.lock_check:
         lock_job = job_id(system, "lock", "check")
-        out.add(Job(lock_job, "lock", "check", names[0] if names else "", ("lock", "--check") + common, (), None,
+        out.add(Job(lock_job, "lock", "check", names[0] if names else "",
+                    ("lock", "--check") + tuple(f"stack={n}" for n in names) + common, (), None,
                     builders, ci.timeouts["review"]))
         lock_needs = (lock_job,)
     else:

@@ -927,6 +927,22 @@ def probe(target: str = typer.Argument(..., help="base=NAME, or layer=NAME (its 
            "known": {fact: [f"{f.origin} {f.value}" for f in facts] for fact, facts in known.items()}})
 
 
+def _unlocked_layers(spec, said: list[str], stacks: list) -> list[str]:
+    """`lock --check stack=NAME`'s look at the plan: a layer of those stacks that installs with pip and has no
+    entry for its chain is what `build --require-locked` (CI's node jobs) refuses (IB096), so the check that
+    runs first says it too (CI's lock job names the pipeline's stacks). A layer already said to be stale is not
+    said twice. Without stacks named, only the entries the file holds are judged."""
+    from builder.prepared import prepare
+    from builder.rules.review import unpinned
+    if not stacks:
+        return []
+    prepared = prepare(spec, stacks)
+    named = {line.split(":", 1)[0] for line in said}
+    return [f"python.{f.key.rsplit('.', 1)[-1]}: {f.message}; {f.fix}"
+            for f in unpinned(spec, prepared.plan, list(prepared.stacks), "error")
+            if f"python.{f.key.rsplit('.', 1)[-1]}" not in named]
+
+
 def _rebuilt_bases(spec, docker: str | None) -> list[str]:
     """`lock --check`'s look at the site registry: a locked base whose digest it no longer holds was made
     again, and the lock holds only where the image's environment is the one locked (measured here). Where the
@@ -953,7 +969,8 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
                             "layers beneath first."),
              file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt,
              check: bool = typer.Option(False, "--check", help="Change nothing; exit 1 if an entry of the lock "
-                                        "file is stale or missing for the stacks file (CI's generate job runs this)."),
+                                        "file is stale or missing for the stacks file; with stack=NAME, also for every pip layer of those "
+                                        "stacks (what --require-locked builds need: CI's lock job runs this)."),
              upgrade: Optional[List[str]] = typer.Option(None, "--upgrade", metavar="NAME", help="Re-resolve this "
                                                          "distribution (repeatable), every other one of its layer held "
                                                          "at its locked version; a layer name re-resolves the git refs "
@@ -984,7 +1001,14 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
                     for url in sorted(intents.used_urls - set(digests))]
                  + [f"downloads: {url}: no layer names it without a sha256 any more (imgbuild lock drops it)"
                     for url in sorted(set(digests) - intents.used_urls)])
-        stale += _rebuilt_bases(spec, docker)
+        chosen = []
+        for item in targets or ():
+            key, _, name = item.partition("=")
+            if key != "stack" or name not in spec.stacks:
+                raise SpecError(f"cannot read {item!r} with --check: name the stacks whose pip layers must all be "
+                                "locked as stack=NAME", hint="stacks: " + ", ".join(spec.stacks))
+            chosen.append(spec.stacks[name])
+        stale += _unlocked_layers(spec, stale, chosen) + _rebuilt_bases(spec, docker)
         for line in stale:
             echo(f"stale: {line}")
         if stale:

@@ -137,7 +137,7 @@ def test_the_pipeline_is_the_plan(cli, tmp_path, source, ci, system):
             assert runners(gjob) == gmap[gpu]
             assert gjob.get("stage", "gpu") == "gpu"
     lock = jobs["lock-check"]
-    assert script(lock) == ["imgbuild", "lock", "--check", "-f", str(file)]
+    assert script(lock) == ["imgbuild", "lock", "--check", *(f"stack={n}" for n in names), "-f", str(file)]
     assert needs(lock) == ([] if system == "gitlab" else ["workflow-current"])
     for name in names:
         job = jobs[ident(f"release-{name}")]

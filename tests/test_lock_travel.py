@@ -100,3 +100,17 @@ def test_a_runner_with_another_imgbuild_is_refused(monkeypatch):
         assert res.out == ""
     monkeypatch.setenv("IMGBUILD_REQUIRE_VERSION", __version__)
     assert run_cli("plan", "--offline", "-f", REPO / "stacks.yaml").code == 0
+
+
+def test_lock_check_for_named_stacks_wants_every_pip_layer_locked():
+    """CI's lock job names the pipeline's stacks: a pip layer of theirs without an entry is what the node jobs'
+    --require-locked refuses, so the first job says it. The NGC stacks cannot be locked here (nvcr.io is not
+    reachable): their DeepSpeed layer is named; the file as a whole, and cpu-smoke, are current."""
+    for _ in range(2):
+        res = run_cli("lock", "--check", "stack=h100-megatron", "-f", REPO / "stacks.yaml")
+        assert res.code == 1 and "stale: python.ds-0.19.5-hopper: layer ds-0.19.5-hopper installs with pip and its " \
+                                  "set is not locked" in res.out, res.output
+    plain = run_cli("lock", "--check", "-f", REPO / "stacks.yaml")
+    assert "python.ds-0.19.5-hopper" not in plain.out, plain.output
+    res = run_cli("lock", "--check", "base=debian-bookworm", "-f", REPO / "stacks.yaml")
+    assert res.code == 2 and "name the stacks whose pip layers must all be locked as stack=NAME" in res.err
