@@ -938,9 +938,9 @@ def _unlocked_layers(spec, said: list[str], stacks: list) -> list[str]:
         return []
     prepared = prepare(spec, stacks)
     named = {line.split(":", 1)[0] for line in said}
-    return [f"python.{f.key.rsplit('.', 1)[-1]}: {f.message}; {f.fix}"
+    return [f"python.{f.key.split('.', 1)[1]}: {f.message}; {f.fix}"
             for f in unpinned(spec, prepared.plan, list(prepared.stacks), "error")
-            if f"python.{f.key.rsplit('.', 1)[-1]}" not in named]
+            if f"python.{f.key.split('.', 1)[1]}" not in named]
 
 
 def _rebuilt_bases(spec, docker: str | None) -> list[str]:
