@@ -991,7 +991,7 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
         intents = Intents(accept=True, lock_file=lock_file.name, pinned_by_lock=True)
         spec = load_spec(file, kinds=kinds or None, intents=intents)
         refs, digests = intents.refs, intents.digests
-        from builder.load.intent import stale_entries
+        from builder.plan.stale import stale_entries
         stale = (stale_entries(spec)
                  + [f"sources: {repo} at {ref!r} has no commit (imgbuild lock resolves it)"
                     for repo, ref in sorted(intents.used - set(refs))]

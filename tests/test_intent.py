@@ -16,7 +16,7 @@ from conftest import STACKS, run_cli
 from builder.errors import SpecError
 from builder.load.intent import Intents, floating, layer_intents
 from builder.load.spec import load_spec
-from builder.plan.keys import make_plan
+from builder.plan.keys import layer_definition, make_plan
 from builder.core.lockfile import LockedDist, LockedPython, load_lock
 from builder.plan.pinning import pinned, requirement_lines
 from builder.ship.lock import lock as write_lock
@@ -94,8 +94,8 @@ def test_beside_a_lock_file_intent_is_reported_and_never_built_from(tmp_path):
 
 def _locked_extra(tmp_path, steps, intents=()):
     f = _site(tmp_path, _ranged)
-    stack = load_spec(f).stack("cpu-smoke")
-    entry = {"stack": "cpu-smoke", "parent": "p", "definition": stack.layer_definition("extra", None),
+    spec = load_spec(f)
+    entry = {"stack": "cpu-smoke", "parent": "p", "definition": layer_definition(spec, spec.stack("cpu-smoke"), "extra"),
              "resolved": "2026-12-03T12:00:00Z", "steps": steps, "intents": list(intents)}
     (tmp_path / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {}, "python": {"extra": entry}}))
     return f
@@ -544,7 +544,7 @@ def test_a_layer_on_two_chains_has_an_entry_for_each(tmp_path):
     spec = load_spec(f)
     entries = []
     for stack, sha in (("cpu-smoke", "61"), ("other", "62")):
-        entries.append({"stack": stack, "parent": "p", "definition": spec.stack(stack).layer_definition("smoke-train", None),
+        entries.append({"stack": stack, "parent": "p", "definition": layer_definition(spec, spec.stack(stack), "smoke-train"),
                         "resolved": "2026-12-03T12:00:00Z", "steps": [[{"name": "smoke-train", "version": "1.0.0",
                                                                          "sha256": sha * 32, "url": "https://x/s.whl",
                                                                          "requested": True}]]})

@@ -114,3 +114,31 @@ def test_lock_check_for_named_stacks_wants_every_pip_layer_locked():
     assert "python.ds-0.19.5-hopper" not in plain.out, plain.output
     res = run_cli("lock", "--check", "base=debian-bookworm", "-f", REPO / "stacks.yaml")
     assert res.code == 2 and "name the stacks whose pip layers must all be locked as stack=NAME" in res.err
+
+
+@pytest.mark.parametrize("edit, holds", [
+    # What only a check reads: the project's smoke command; the runtime's expected variables are not pip's.
+    (lambda d: d["projects"]["smoke-train"]["params"].update(smoke="python -m smoke_train --steps 3"), True),
+    (lambda d: d["stacks"]["cpu-smoke"].update(tags=["{stack}"]), True),
+    # What builds a layer: its source commit, its packages, a layer beneath it.
+    (lambda d: d["projects"]["smoke-train"]["params"]["source"].update(commit="0" * 40), False),
+    (lambda d: d["stacks"]["cpu-smoke"].update(cpu_baseline="x86-64-v3"), False),
+])
+def test_an_entry_holds_while_what_builds_its_layer_is_unchanged(tmp_path, edit, holds):
+    """A lock entry stands for the layer as it builds (its rendered Dockerfile and inputs, and those beneath
+    it), not for every parameter: a check's argument changed keeps the sets locked (before, a copy of the
+    shipped stacks with another smoke command planned every pip layer unlocked); a build input changed makes
+    the layer it builds, and those above, stale."""
+    from builder.load.spec import load_spec
+    from builder.plan.keys import make_plan
+    from builder.plan.stale import stale_entries
+    data = shipped_data()
+    edit(data)
+    spec = load_spec(write_stacks(tmp_path, data, lock=True))
+    stale = [line for line in stale_entries(spec) if line.startswith("python.")]
+    plan = make_plan(spec, ["cpu-smoke"], {"debian-bookworm": "sha256:" + "ab" * 32}, intent=True)
+    locked = [n.name for n in plan.chain("cpu-smoke") if n.locked]
+    if holds:
+        assert stale == [] and locked == ["cpu-torch-2.13", "ds-0.19.8-cpu", "smoke-train"], (stale, locked)
+    else:
+        assert stale and "smoke-train" not in locked, (stale, locked)

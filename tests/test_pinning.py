@@ -10,7 +10,7 @@ import yaml
 
 from conftest import STACKS, run_cli
 from builder.load.spec import load_spec
-from builder.plan.keys import make_plan
+from builder.plan.keys import layer_definition, make_plan
 from builder.core.lockfile import LockedDist, LockedPython
 from builder.plan.pinning import pinned, requirement_lines
 
@@ -33,7 +33,7 @@ def locked_site(tmp_path, python: dict, edit=lambda text: text):
     file.write_text(edit(STACKS.read_text()))
     spec = load_spec(file)
     stack = spec.stack("cpu-smoke")
-    entries = {name: {"stack": "cpu-smoke", "parent": "p", "definition": stack.layer_definition(name, None),
+    entries = {name: {"stack": "cpu-smoke", "parent": "p", "definition": layer_definition(spec, stack, name),
                       "resolved": "2026-12-02T12:00:00Z", "steps": steps} for name, steps in python.items()}
     (tmp_path / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {}, "python": entries}))
     return file

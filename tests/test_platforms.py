@@ -204,7 +204,8 @@ def test_each_platform_installs_its_own_locked_python_set(tmp_path):
     said missing by `lock --check`, and that chain is not built from intent."""
     import yaml
     from builder.plan.keys import make_plan
-    from builder.load.intent import stale_entries
+    from builder.plan.stale import stale_entries
+    from builder.plan.keys import layer_definition
     from builder.errors import SpecError
     data = shipped_data()
     params = data["layers"]["cpu-torch-2.13"]["params"]
@@ -214,10 +215,11 @@ def test_each_platform_installs_its_own_locked_python_set(tmp_path):
     file = write_stacks(tmp_path, data)
     lock = tmp_path / "stacks.lock.yaml"
     lock.write_text(yaml.safe_dump({"version": 1, "bases": {}}))   # beside a lock file a range is intent
-    stack = load_spec(file).stack("cpu-smoke")
+    spec = load_spec(file)
+    stack = spec.stack("cpu-smoke")
 
     def entry(platform, wheel):
-        return {"stack": "cpu-smoke", "parent": "p", "definition": stack.layer_definition("numpy-any", None),
+        return {"stack": "cpu-smoke", "parent": "p", "definition": layer_definition(spec, stack, "numpy-any", None, platform),
                 "resolved": "2026-12-04T12:00:00Z", "platform": platform,
                 "steps": [[{"name": "numpy", "version": "2.4.6", "sha256": wheel * 64, "requested": True,
                             "url": f"https://files.example/numpy-2.4.6-{platform.split('/')[1]}.whl"}]]}

@@ -23,6 +23,7 @@ from builder.errors import PreflightError
 from builder.rules.findings import Finding
 from builder.rules.preflight import RULES, preflight
 from builder.load.spec import load_spec
+from builder.plan.keys import layer_definition
 
 MEGATRON = "https://github.com/NVIDIA/Megatron-LM.git"
 COMMITS = {"0.15": "0d7e02bd26d3eb347ad8d1bef625002babfa6df7", "0.16": "3bec9aa97dda898d16ff5a89bac0ed2b6682b172",
@@ -139,7 +140,8 @@ def write_any_lock(folder, file, lock: tuple) -> None:
         write_lock(folder, *lock)
         return
     _, name, facts, stale = lock
-    definition = "0" * 64 if stale else load_spec(file).stack("s").layer_definition(name, None)
+    spec = load_spec(file)
+    definition = "0" * 64 if stale else layer_definition(spec, spec.stack("s"), name)
     entry = {"image": f"127.0.0.1:5000/imgbuild/layers/{name}:{'c' * 32}", "digest": "sha256:" + "c" * 64,
              "probed": "2026-12-01T00:00:00Z", "definition": definition, "facts": facts}
     (folder / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {}, "layers": {name: entry}}))

@@ -15,7 +15,8 @@ from builder.errors import EngineError, SpecError
 from builder.load.spec import load_spec
 from builder.plan.keys import make_plan
 from builder.core.lockfile import load_lock
-from builder.load.intent import stale_entries
+from builder.plan.stale import stale_entries
+from builder.plan.keys import layer_definition
 from builder.ship.resolve import read_report, resolving
 
 REPORT = Path(__file__).parent / "data" / "pip-report-deepspeed-0.19.8.json"   # pip 23.0.1, cpu-smoke's torch
@@ -126,7 +127,7 @@ def _locked(tmp_path, steps, definition=None) -> Path:
     spec = load_spec(file)
     stack = spec.stack("cpu-smoke")
     entry = {"stack": "cpu-smoke", "parent": "127.0.0.1:5000/imgbuild/layers/cpu-torch-2.13@sha256:" + "12" * 32,
-             "definition": definition or stack.layer_definition("ds-0.19.8-cpu", None),
+             "definition": definition or layer_definition(spec, stack, "ds-0.19.8-cpu"),
              "resolved": "2026-12-02T12:00:00Z", "steps": steps}
     (tmp_path / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {}, "python": {"ds-0.19.8-cpu": entry}}))
     return file

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from builder.diff.specdiff import diff_revisions
+from builder.plan.keys import layer_definition
 from conftest import REPO, run_cli
 
 PIN_V1 = "d89c5dfd761db2eb8352a3c3df6659c984547929"
@@ -456,8 +457,8 @@ def test_diff_reads_a_site_s_kind_folders(cli, tmp_path):
 
 def _lock(root: Path, steps: list) -> None:
     from builder.load.spec import load_spec
-    stack = load_spec(root / "stacks.yaml").stack("cpu-smoke")
-    entry = {"stack": "cpu-smoke", "parent": "p", "definition": stack.layer_definition("ds-0.19.8-cpu", None),
+    spec = load_spec(root / "stacks.yaml")
+    entry = {"stack": "cpu-smoke", "parent": "p", "definition": layer_definition(spec, spec.stack("cpu-smoke"), "ds-0.19.8-cpu"),
              "resolved": "2026-12-02T12:00:00Z", "steps": steps}
     (root / "stacks.lock.yaml").write_text(yaml.safe_dump({"version": 1, "bases": {}, "python": {"ds-0.19.8-cpu": entry}}))
 

@@ -61,7 +61,7 @@ class LockedPlatform:
 @dataclass(frozen=True)
 class LockedLayer:
     """A layer whose image makes a base of its own (CUDA and torch from PyPI on Debian): measured like a
-    base, valid while `definition` (Stack.layer_definition) is what stacks.yaml defines now."""
+    base, valid while `definition` (builder.plan.keys.layer_definition) is what stacks.yaml defines now."""
     image: str      # the registry reference of the image probed (its repository and key tag)
     digest: str
     probed: str

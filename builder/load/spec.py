@@ -221,16 +221,6 @@ class Stack:
                             out[var] = value
         return out
 
-    def layer_definition(self, layer: str, base_digest: str | None) -> str:
-        """What a measurement of a layer's image stands for: the base (reference and digest) and the
-        definitions of that layer and every layer beneath it (kind, its files, parameters). A lock file
-        entry of a layer is used while this is unchanged; a change anywhere beneath makes it stale."""
-        names = [d.name for d in self.chain]
-        chain = self.chain[:names.index(layer) + 1]
-        body = {"base": [self.base.image, base_digest or ""],
-                "chain": [[d.name, d.kind.name, [list(f) for f in d.kind.files], _jsonable(d.params)] for d in chain]}
-        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
     def spec_hash(self) -> str:
         """Hash of everything stacks.yaml says about this stack (the 'spec hash' label)."""
         body = {"base": [self.base.image, self.base.digest, [list(map(str, p)) for p in self.base.provides]],

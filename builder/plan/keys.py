@@ -255,11 +255,40 @@ def make_key(inputs: dict) -> str:
     return sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")))
 
 
-def python_entry(lock, stack: Stack, layer: LayerDef, platform: str = plat.DEFAULT):
+def layer_definition(spec: Spec, stack: Stack, name: str, base_digest: str | None = None,
+                     platform: str = plat.DEFAULT, texts: dict | None = None) -> str:
+    """What a lock file entry of layer `name` stands for: the base as named (and its digest, for a measurement
+    of the layer's image, `lock layer=`) and, for that layer and each layer beneath it, what builds it, as
+    its key reads it: the rendered Dockerfile before the lock pins it, the kind's files, the sources, wheels
+    and files it names, the arch build args. Not the parameters only the checks read (a smoke test's
+    argument, an expected version): changing one leaves every entry as it was. Nor the sets locked beneath
+    (each entry records what it was resolved over: its `environment`), nor the site's epoch.
+    texts: a memo of rendered layers shared by calls (make_plan's)."""
+    texts = {} if texts is None else texts
+    chain = []
+    for layer in stack.chain:
+        layer = layer.for_platform(platform)
+        memo = (layer.name, stack.base.name, stack.arch_list if stack.compiles_cuda(layer) else None, platform)
+        if memo not in texts:
+            texts[memo] = render_layer(spec, stack, layer, platform)
+        inputs, _ = node_inputs(spec, stack, layer, "", texts[memo], platform)
+        for moot in ("parent", "epoch"):
+            inputs.pop(moot, None)
+        chain.append([layer.name, layer.kind.name, inputs])
+        if layer.name == name:
+            break
+    else:
+        raise KeyError(f"layer {name!r} is not in stack {stack.name!r}")
+    return sha256(json.dumps({"base": [stack.base.image, base_digest or ""], "chain": chain}, sort_keys=True))
+
+
+def python_entry(spec: Spec, lock, stack: Stack, layer: LayerDef, platform: str = plat.DEFAULT,
+                 texts: dict | None = None):
     """The lock file's resolved pip set for a layer in this stack on this platform, where it was resolved for
-    the layer as stacks.yaml defines it now (it and every layer beneath it, the base as named); else None."""
-    return (lock.python_for(layer.name, stack.layer_definition(layer.name, None), platform)
-            if lock is not None else None)
+    the layer as it builds now (it and every layer beneath it, the base as named: layer_definition); else None."""
+    if lock is None or layer.name not in lock.python_all:
+        return None
+    return lock.python_for(layer.name, layer_definition(spec, stack, layer.name, None, platform, texts), platform)
 
 
 def refuse_intent(spec: Spec, lock, layer: LayerDef, entry) -> None:
@@ -326,7 +355,7 @@ def _plan_chain(plan: Plan, spec: Spec, stack: Stack, platform: str, digests: di
         if memo not in texts:
             texts[memo] = render_layer(spec, stack, layer, platform)
         text, locked = texts[memo], ()
-        entry = python_entry(lock, stack, layer, platform)
+        entry = python_entry(spec, lock, stack, layer, platform, texts)
         if entry is not None:
             try:
                 text, locked = pinning.pinned(text, entry)

@@ -21,6 +21,7 @@ from builder.core import catalog
 from builder.load import versions
 from builder.load.params import GitPin, Uninstall, WheelPin
 from builder.load.spec import Base, LayerDef, Spec, Stack
+from builder.plan.keys import layer_definition, python_entry
 
 ORIGINS = ("measured", "declared", "catalog")
 # Facts of a base that the probe measures beside the versions (builder.load.versions: the platform's and every
@@ -226,7 +227,7 @@ def resolve(spec: Spec, stack: Stack, lock: Any = None, below: str | None = None
     for layer in stack.chain:
         if layer.name == below:
             break
-        _apply(sf, layer, _locked_versions(stack, layer, lock))
+        _apply(sf, layer, _locked_versions(spec, stack, layer, lock))
         _measured_layer(spec, sf, layer, lock, names)
     return sf
 
@@ -238,7 +239,7 @@ def _measured_layer(spec: Spec, sf: StackFacts, layer: LayerDef, lock: Any, name
     if entry is None:
         return
     stack = sf.stack
-    if entry.definition != stack.layer_definition(layer.name, lock.base_digest(stack.base, spec.site)):
+    if entry.definition != layer_definition(spec, stack, layer.name, lock.base_digest(stack.base, spec.site)):
         sf.layer_notes.append((layer, f"{lock.file} measured {entry.image} as it was defined then; it or a layer "
                                       "beneath it, or the base, changed since"))
         return
@@ -254,11 +255,10 @@ def _measured_layer(spec: Spec, sf: StackFacts, layer: LayerDef, lock: Any, name
         sf.facts[name] = measured
 
 
-def _locked_versions(stack: Stack, layer: LayerDef, lock: Any) -> dict:
+def _locked_versions(spec: Spec, stack: Stack, layer: LayerDef, lock: Any) -> dict:
     """canonical name -> version of what the lock file resolved for the layer as stacks.yaml defines it
     now ({} where it has no current entry): the exact answer to a floating requirement."""
-    entry = (lock.python_for(layer.name, stack.layer_definition(layer.name, None), stack.platforms[0])
-             if lock is not None else None)
+    entry = python_entry(spec, lock, stack, layer, stack.platforms[0])
     if entry is None:
         return {}
     return {name: (Version(d.version), f"{lock.file}: python.{layer.name}") for name, d in entry.dists().items()}

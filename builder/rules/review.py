@@ -157,7 +157,7 @@ def replaced(spec: Spec, stacks: list[Stack], lock: Lock | None) -> list[Finding
     for stack in stacks:
         name = stack.name
         for layer in stack.chain:
-            entry = python_entry(lock, stack, layer)
+            entry = python_entry(spec, lock, stack, layer)
             if entry is None or layer.name in seen:
                 continue
             seen.add(layer.name)
@@ -206,7 +206,7 @@ def fetched_binaries(spec: Spec, plan: Plan, stacks: list[Stack], lock: Lock | N
     for stack in stacks:
         name = stack.name
         for node in plan.chain(name):
-            entry = python_entry(lock, stack, node.layer) if node.locked else None
+            entry = python_entry(plan.spec, lock, stack, node.layer) if node.locked else None
             if entry is None or node.key in seen:
                 continue
             seen.add(node.key)

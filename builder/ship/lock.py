@@ -28,7 +28,7 @@ from builder.ship.measure import measure, probe
 from builder.errors import ImgbuildError, SpecError
 from builder.plan.layout import layer_repo
 from builder.core.lockfile import LOCK_VERSION, Lock, lock_path, parse_lock
-from builder.plan.keys import make_plan
+from builder.plan.keys import layer_definition, make_plan, python_entry
 from builder.ship.registry import Registry
 from builder.load.intent import HOST_PINNED, Intents, layer_intents
 from builder.load.spec import Spec
@@ -80,7 +80,7 @@ def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log
     base_digest = resolve(spec, [stack.name]).require()[stack.base.name]
     plan = chain_plan(spec, stack, base_digest, current)
     node = next(n for n in plan.chain(stack.name, platform) if n.name == name)
-    entry = current.python_for(name, stack.layer_definition(name, None), platform) if current is not None else None
+    entry = python_entry(spec, current, stack, spec.layers[name], platform)
     keep = None
     if upgrade and entry is not None:
         keep = sorted(f"{d.name}=={d.version}" for key, d in entry.dists().items()
@@ -110,7 +110,7 @@ def resolve_entry(spec: Spec, name: str, engine: Engine, hostconf: HostConf, log
         steps = resolve_layer(on.engine, node.dockerfile, context, parent_ref, node.build_args, hostconf, log, progress,
                               keep=keep, beneath=beneath, platform=platform, environment=interpreter)
     # Valid while the layer, those beneath it and the base as named are unchanged (builder.plan.keys.python_entry).
-    out = {"stack": stack.name, "parent": parent_ref, "definition": stack.layer_definition(name, None),
+    out = {"stack": stack.name, "parent": parent_ref, "definition": layer_definition(spec, stack, name, None, platform),
            "resolved": stamp(), "steps": [[_dist(d) for d in step] for step in steps],
            # What decided pip's answer beside the layer's own definition: the interpreter and platform, and what
            # the image beneath held (its base's environment is in bases:, compared when the base is made again).
@@ -254,7 +254,7 @@ def lock(spec: Spec, bases: list[str], engine: Engine, say: Callable[[str], None
             continue
         layer_entries[name] = {"image": ref, "digest": digest,
                                "probed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                               "definition": stack.layer_definition(name, base_digest), "facts": facts}
+                               "definition": layer_definition(spec, stack, name, base_digest), "facts": facts}
         say(f"{name}: {ref} ({digest[:19]}): " + ", ".join(f"{k} {v}" for k, v in facts.items() if v is not None))
     if python and log_dir is None:
         # A folder of this run's own: two locks at once (two CI jobs, two users) resolving layers of one
@@ -350,7 +350,7 @@ def lock_stack(prepared, engine: Engine, say: Callable[[str], None], hostconf: H
     stack, prepared (builder.prepared) with intent tolerated, judged before anything is built. current: the
     lock as it stands in this run (default Spec.lock); each layer locked moves it on, and the last is
     returned third."""
-    from builder.plan.keys import Plan, python_entry
+    from builder.plan.keys import Plan
     from builder.plan.pinning import PIP
     from builder.rules.review import review
     from builder.ship.pipeline import Builder
@@ -376,7 +376,7 @@ def lock_stack(prepared, engine: Engine, say: Callable[[str], None], hostconf: H
         chain = plan.chain(name)
         if PIP not in chain[i].dockerfile:
             continue
-        entry = python_entry(current, stack, layer)
+        entry = python_entry(spec, current, stack, layer)
         if entry is not None and not (upgrade & set(entry.dists())):
             say(f"{layer.name}: locked ({sum(len(s) for s in entry.steps)} distribution(s)), current; kept")
             continue
