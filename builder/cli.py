@@ -271,11 +271,22 @@ def plan(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_:
                f"sha256 over the inputs shown with --explain (first {KEY_LEN} hex digits in tags)")
 
 
+def release_date_given(date: str | None) -> None:
+    """--date is read before anything is built: a date the tags cannot hold is a usage mistake (exit 2), not a
+    refusal after an hour of building."""
+    from builder.load.tags import parse_date
+    if date is not None:
+        try:
+            parse_date(date)
+        except ValueError as exc:
+            raise SpecError(str(exc), hint="e.g. --date 2026.12.05; a tag's own format is {date:%Y%m%d}") from None
+
+
 @app.command()
 def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
           kinds: Optional[List[Path]] = KindsOpt,
           docker: Optional[str] = typer.Option(None, "--docker", help="The Docker CLI to use (default: detected)."),
-          date: Optional[str] = typer.Option(None, "--date", help="The {date} of release tags (default: today, UTC)."),
+          date: Optional[str] = typer.Option(None, "--date", help="The day of release tags' {date}: YYYY.MM.DD, YYYY-MM-DD or YYYYMMDD (default: today, UTC)."),
           node: Optional[str] = typer.Option(None, "--node", help="Build, validate and push only this layer image "
                                              "(its key, or 12+ hex digits of it; CI's node job): its parent must be in "
                                              "the registry with passing checks. Moves no tag."),
@@ -292,6 +303,7 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
     """Build what the registry lacks, validate every image, then move the release tags."""
     from builder.ship.pipeline import build as run_build
     json_mode("build", as_json)
+    release_date_given(date)
     prepared = prepared_for(file, kinds, selectors, all_, bases="all")
     names = prepared.names
     report = run_build(prepared, say=lambda line: echo(line), docker=docker, date=date, node=node, jobs=jobs,
@@ -312,7 +324,7 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
 @app.command()
 def release(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
             kinds: Optional[List[Path]] = KindsOpt,
-            date: Optional[str] = typer.Option(None, "--date", help="The {date} of release tags (default: today, UTC)."),
+            date: Optional[str] = typer.Option(None, "--date", help="The day of release tags' {date}: YYYY.MM.DD, YYYY-MM-DD or YYYYMMDD (default: today, UTC)."),
             require_gpu: bool = typer.Option(False, "--require-gpu-checks", help="A GPU check recorded as skipped is "
                                              "no proof: every GPU check must have run and passed (CI with GPU runners)."),
             as_json: bool = JsonOpt) -> None:
@@ -320,6 +332,7 @@ def release(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, al
     the registry with passing recorded checks (read from the registry, not from a job's exit code)."""
     from builder.ship.pipeline import refuse_release, release as run_release
     json_mode("release", as_json)
+    release_date_given(date)
     spec = load_spec(file, kinds=kinds or None)
     stacks = select(spec, selectors, all_)
     names = [s.name for s in stacks]

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from builder.redact import redact
+
+
+def did_you_mean(word, choices) -> str:
+    """' (did you mean 'NAME'?)' for the choice nearest a misspelt name, or '' where none is near: a match
+    ignoring case, '-', '_' and spaces first (H100 for h-100), then difflib's closest at 0.6 or more."""
+    if not isinstance(word, (str, int, float)) or isinstance(word, bool):
+        return ""
+    choices = [str(c) for c in choices]
+    fold = {re.sub(r"[-_ ]", "", c.lower()): c for c in choices}
+    near = fold.get(re.sub(r"[-_ ]", "", str(word).lower()))
+    if near is None:
+        found = difflib.get_close_matches(str(word).lower(), list(fold), n=1, cutoff=0.6)
+        near = fold[found[0]] if found else None
+    return f" (did you mean {near!r}?)" if near is not None and near != str(word) else ""
 
 
 class ImgbuildError(Exception):

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import difflib
 import io
-import re
 import subprocess
 import tarfile
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from builder.load.params import GitPin, Uninstall, WheelPin
 from builder.plan.keys import Node, Plan, image_ref
 from builder.prepared import prepare
 from builder.ship import gpuproof
+from builder.load import tags as tag_templates
 from builder.ship.publish import TAG_OK
 from builder.ship.registry import Registry
 from builder.rules import facts
@@ -395,17 +394,16 @@ def _action(node: Node, old: _Side, new: _Side, reg: Registry | None) -> tuple[s
     return "build", ""
 
 
-def _tags(spec: Spec, stack: str, templates, date: str) -> tuple[str, ...]:
+def _tags(spec: Spec, stack: str, templates, date) -> tuple[str, ...]:
     """The release tags as they would be written: each field filled from what the stack will hold (the
-    versions its layers pin and its base provides, as preflight knows them), so that `-ds0.19.5` reads as
-    a new tag beside `-ds0.19.4`. A field nothing declares stays `{field}` (it is read from the image
-    at release)."""
+    versions its layers pin and its base provides, as preflight knows them; the project's commit), so that
+    `-ds0.19.5` reads as a new tag beside `-ds0.19.4`. A field nothing declares stays `{field}`: it is read
+    from the image at release (`check` warns of it, IB005)."""
     repo = release_repo(spec.site.namespace, stack)
     known = {name: TAG_OK.sub("-", str(fact.value)) for name, fact in facts.resolve(spec, spec.stack(stack)).facts.items()
              if fact is not None and fact.value is not None}
-    known.update(stack=stack, date=date)
-    return tuple(f"{spec.site.registry}/{repo}:" + re.sub(r"\{([^}]*)\}", lambda m: known.get(m.group(1), m.group(0)), t)
-                 for t in templates)
+    known.update({k: v for k, v in tag_templates.spec_values(spec.stack(stack)).items() if v is not None})
+    return tuple(f"{spec.site.registry}/{repo}:" + tag_templates.expand(t, known, date)[0] for t in templates)
 
 
 def _moved(tag: str, before: tuple, reg: Registry | None) -> bool:
@@ -445,7 +443,7 @@ def _stack_diff(name: str, old: _Side, new: _Side, reg: Registry | None) -> Stac
                                     action, o.short, n.short, image, was=None if o.name == n.name else o.name,
                                     note=note, causes=pair.causes(o, n, lowest)))
     nodes += [NodeChange(i, o.name, o.layer.kind.name, "removed", "none", o.short, None, None) for i, o in removed]
-    date = time.strftime("%Y.%m.%d", time.gmtime())
+    date = tag_templates.today()
     if old_stack is None:
         tags = _tags(new.spec, name, new_stack.tags, date)
         return StackDiff(name, "added", tuple(nodes), "create", tags, tuple(_waiver_notes(old, new, name)),

@@ -19,9 +19,9 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core import catalog, cpubaseline
 from builder.core import platforms
-from builder.load import ciconf, k8sconf, nodeconf, retention, trustconf, versions
+from builder.load import ciconf, k8sconf, nodeconf, retention, tags, trustconf, versions
 from builder.load.ciconf import CiSettings
-from builder.errors import SpecError, SpecErrors
+from builder.errors import SpecError, SpecErrors, did_you_mean
 from builder.load.kinds import FAMILIES, NGC_FAMILIES, Kind, load_kinds
 from builder.core.lockfile import load_lock
 from builder.load.intent import Intents, lock_path, pins, reading
@@ -679,6 +679,7 @@ class _Loader:
         if got.get("cpu_baseline"):
             self.check_baseline(stack, path + ("cpu_baseline",))
         self.check_chain(stack, path)
+        self.check_tags(stack, path)
         if len(got) < len(parts):
             raise Skipped
         return stack
@@ -770,10 +771,10 @@ class _Loader:
         return sorted(given, key=platforms.PLATFORMS.index)
 
     def tags(self, path: tuple, name: str, raw: dict) -> list:
-        tags = raw.get("tags", list(DEFAULT_TAGS))
-        if not isinstance(tags, list) or not tags:
+        given = raw.get("tags", list(DEFAULT_TAGS))
+        if not isinstance(given, list) or not given:
             raise self.err(path + ("tags",), "expected a non-empty list of tag templates")
-        found = [self.attempt(self.tag, path + ("tags", i), name, tag) for i, tag in enumerate(tags)]
+        found = [self.attempt(self.tag, path + ("tags", i), name, tag) for i, tag in enumerate(given)]
         if not all(read for read, _ in found):
             raise Skipped
         return [tag for _, tag in found]
@@ -781,21 +782,38 @@ class _Loader:
     def tag(self, where: tuple, name: str, tag: Any) -> str:
         tag = self.string(where, tag)
         tag_fields = versions.tag_fields(self.kinds.values())
-        for fieldname in re.findall(r"\{([^}]*)\}", tag):
+        for fieldname, fmt in tags.fields(tag):
             if fieldname not in tag_fields:
-                raise self.err(where, f"unknown tag field {{{fieldname}}}",
-                               hint="allowed: " + ", ".join("{%s}" % f for f in tag_fields))
-        if not re.fullmatch(r"[A-Za-z0-9_.{}-]+", tag):
+                raise self.err(where, f"unknown tag field {{{fieldname}}}" + did_you_mean(fieldname, tag_fields),
+                               hint="allowed: " + ", ".join("{%s}" % f for f in tag_fields) + "; the date takes a "
+                                    "format: {date:%Y%m%d}")
+            problem = tags.format_problem(fieldname, fmt)
+            if problem:
+                raise self.err(where, problem, hint="e.g. {date:%Y%m%d} or {date:%Y.%m}")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]*", tags.FIELD.sub("", tag)):
             raise self.err(where, f"{tag!r} has characters a Docker tag cannot hold")
         # A stack name refused on its own stands in as a valid one here: its error is said once, not per tag.
         shown = name if NAME.match(name) else "stack"
-        example = re.sub(r"\{([^}]*)\}", lambda m: {"stack": shown, "date": "2025.01.31"}.get(m.group(1), "1.0.0"), tag)
+        example, _ = tags.expand(tag, {"stack": shown, "project_commit": "0" * tags.SHORT_COMMIT,
+                                       **{f: "1.0.0" for f in tag_fields}}, datetime.date(2025, 1, 31))
         if not TAG.match(example):
             raise self.err(where, f"{tag!r} can never be a valid tag (it expands to e.g. "
                            f"{example[:40] + '...' if len(example) > 40 else example!r}): an OCI tag starts with "
                            "a letter, digit or _ and has at most 128 characters",
                            hint="e.g. {stack}-{date}")
         return tag
+
+    def check_tags(self, stack: Stack, path: tuple) -> None:
+        """{project_commit} names one project's commit: a stack with none, or with several, cannot fill it."""
+        if tags.project_commit(stack) is not None:
+            return
+        projects = [d.name for d in stack.chain if d.section == "projects"]
+        for i, tag in enumerate(stack.tags):
+            if "project_commit" in [f for f, _ in tags.fields(tag)]:
+                raise self.err(path + ("tags", i), "{project_commit} needs one project with a git source; "
+                               + (f"stack {stack.name!r} has {len(projects)}: " + ", ".join(projects) if projects
+                                  else f"stack {stack.name!r} has none"),
+                               hint="a second project is a second stack (extends:); or tag by {date}")
 
     def waivers(self, items: list) -> tuple:
         """[{rule: IB041, reason: "..."}] per stack: a known rule id and a reason (said in every report)."""

@@ -12,8 +12,8 @@ from typing import Iterable
 # What every image is measured for, whatever its kinds: Python itself, torch and what torch was built
 # with (read from torch by the probe), and numpy, which half of the ecosystem pins against.
 PLATFORM = {"python": (), "torch": ("torch",), "cuda": (), "cudnn": (), "nccl": (), "numpy": ("numpy",)}
-# Fields of a release tag that are not versions.
-TAG_ONLY = ("stack", "date")
+# Fields of a release tag that are not versions (builder.load.tags fills them).
+TAG_ONLY = ("stack", "date", "project_commit")
 
 
 def fields(kinds: Iterable) -> dict[str, tuple]:

@@ -20,6 +20,7 @@ from builder.ship.engine import Engine
 from builder.plan.layout import release_repo
 from builder.ship.registry import Registry
 from builder.errors import ImgbuildError
+from builder.load import tags as tag_templates
 from builder.load.spec import Spec
 
 WORKER = Path(__file__).resolve().with_name("worker.py")
@@ -84,11 +85,14 @@ def released_image(spec: Spec, target) -> str:
     """The exact image a stack's release tag names now (REGISTRY/NS/STACK@sha256:...): the check runs on
     that digest, not on whatever the tag names by the time a node pulls it. target: the Stack."""
     stack = target.name
-    templates = [t for t in target.tags if set(re.findall(r"\{([^}]*)\}", t)) <= {"stack"}]
-    if not templates:
-        raise NodeCheckFailed(f"stack {stack!r} has no release tag made of its name alone to find its image by",
-                              hint="give the image reference instead of stack=NAME")
-    tag = templates[0].format(stack=stack)
+    # A tag the stacks file alone fills (its name, its project's commit) names the stack's newest release.
+    values = tag_templates.spec_values(target)
+    filled = [tag for tag, missing in (tag_templates.expand(t, values, tag_templates.today()) for t in target.tags
+                                       if "date" not in {f for f, _ in tag_templates.fields(t)}) if not missing]
+    if not filled:
+        raise NodeCheckFailed(f"stack {stack!r} has no release tag made of its name (and project commit) alone to "
+                              "find its image by", hint="give the image reference instead of stack=NAME")
+    tag = filled[0]
     repo = release_repo(spec.site.namespace, stack)
     digest = Registry(spec.site.registry).manifest_digest(repo, tag)
     if not digest:

@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from builder.core import catalog, cpubaseline
 from builder.core import platforms as plat
-from builder.load import versions
+from builder.load import tags as tag_templates, versions
 from builder.load.params import Download, WheelPin, WheelPins
 from builder.core.catalog import Known, driver_tuple
 from builder.rules.facts import agree, ORIGINS, Fact, StackFacts, major_minor, resolve
@@ -173,6 +173,23 @@ def newer_than_known(ctx: Ctx) -> Iterator[Finding]:
                            f"catalog knows (up to {newest.value}): it may not exist, and no known fact speaks for it",
                            known=newest, fix="check the version on the index (imgbuild lock resolves it there); "
                            "a newer catalog knows more")
+
+
+@rule("IB005", "a tag field not known before the build")
+def tag_fields_known(ctx: Ctx) -> Iterator[Finding]:
+    """A version field of a release tag is filled from what the image measures at release; where nothing the
+    stack declares (a layer's version, a known commit, the base's month) says its value before the build,
+    `plan` and `diff` cannot show the tag, and a reviewer approves a tag nobody has read."""
+    known = {name for name, fact in ctx.facts.facts.items() if fact is not None and fact.value is not None}
+    known |= set(versions.TAG_ONLY)
+    for i, template in enumerate(ctx.stack.tags):
+        unknown = [name for name, _ in tag_templates.fields(template) if name not in known]
+        for name in dict.fromkeys(unknown):
+            yield ctx.find("IB005", "warning", ctx.stack_key("tags", i),
+                           f"tag {template!r}: {{{name}}} is not known before the build (nothing the stack declares "
+                           "gives it); it is read from the image at release, so plan and diff show it unfilled",
+                           fix=f"declare the version that gives {{{name}}} (a layer's params.version, a commit "
+                               "the catalog knows), or tag by {project_commit} or {date}")
 
 
 @rule("IB003", "a version that was never released")

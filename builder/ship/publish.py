@@ -7,11 +7,11 @@ is computed and checked before the first one moves.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -24,6 +24,7 @@ from builder.core import platforms as plat
 from builder.ship import oci
 from builder.ship.oci import release_serial as release_serial_of
 from builder.ship.registry import Registry, digest_of
+from builder.load import tags as tag_templates
 from builder.load.ciconf import release_refusal
 from builder.load.spec import Spec
 
@@ -38,19 +39,33 @@ class PublishError(ImgbuildError):
     label = "publish"
 
 
-def release_tags(template_list, stack: str, measured: dict, date: str) -> list[str]:
-    values = {"stack": stack, "date": date, **{k: TAG_OK.sub("-", str(v)) for k, v in measured.items()}}
-    tags = []
+def release_tags(template_list, stack: str, measured: dict, date: "datetime.date | str",
+                 fixed: dict | None = None) -> list[str]:
+    """Each template filled (builder.load.tags): the stack's name, the date (a --date text or a date), what the
+    stacks file fixes (fixed: the project's commit, tags.spec_values) and the versions measured in the image."""
+    when = release_date(date)
+    values = {"stack": stack, **{k: v for k, v in (fixed or {}).items() if v is not None},
+              **{k: TAG_OK.sub("-", str(v)) for k, v in measured.items()}}
+    out = []
     for template in template_list:
-        missing = [f for f in re.findall(r"\{([^}]*)\}", template) if f not in values]
+        tag, missing = tag_templates.expand(template, values, when)
         if missing:
             raise PublishError(f"stack {stack!r}: tag {template!r} needs {', '.join(missing)}, which was not "
                                "measured in the image; no tag was moved")
-        tag = template.format(**values)
         if len(tag) > 128 or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", tag):
             raise PublishError(f"stack {stack!r}: {tag!r} is not a valid tag; no tag was moved")
-        tags.append(tag)
-    return tags
+        out.append(tag)
+    return out
+
+
+def release_date(date) -> "datetime.date":
+    """The {date} of release tags: today (UTC) when None, a date as given, or a --date text read as a day."""
+    if date is None or isinstance(date, datetime.date):
+        return date or tag_templates.today()
+    try:
+        return tag_templates.parse_date(date)
+    except ValueError as exc:
+        raise PublishError(f"{exc}; no tag was moved") from None
 
 
 def release_serial(spec: Spec) -> int | None:
@@ -115,7 +130,7 @@ def promote(spec: Spec, reg: Registry, plan: Plan, stacks: list[str], date: str 
         say("release: unsigned (site.trust is not declared: anyone who can write to the registry can write proof)")
     at = trust.now()
     attested: dict = {}   # stack -> [(node, repo, digest, attestation digest)]
-    date = date or time.strftime("%Y.%m.%d", time.gmtime())
+    date = release_date(date)
     problems: list[str] = []
     tops: dict = {}   # stack -> {platform: (repo, digest, recorded manifest)}
     noted: set = set()
@@ -218,10 +233,12 @@ def image_index(entries) -> bytes:
                       separators=(",", ":")).encode()
 
 
-def _agreed_tags(spec: Spec, name: str, recorded: dict, date: str) -> list[str]:
+def _agreed_tags(spec: Spec, name: str, recorded: dict, date: "datetime.date") -> list[str]:
     """The stack's tags, from the versions measured in each platform's image: one release names every
     platform, so a template may only use a version that every platform's image measured the same."""
-    per = {p: release_tags(spec.stack(name).tags, name, rec.get("versions", {}), date) for p, rec in recorded.items()}
+    fixed = tag_templates.spec_values(spec.stack(name))
+    per = {p: release_tags(spec.stack(name).tags, name, rec.get("versions", {}), date, fixed)
+           for p, rec in recorded.items()}
     first = next(iter(per.values()))
     if any(tags != first for tags in per.values()):
         shown = "; ".join(f"{p}: {', '.join(t)}" for p, t in per.items())
@@ -232,4 +249,4 @@ def _agreed_tags(spec: Spec, name: str, recorded: dict, date: str) -> list[str]:
     return first
 
 
-__all__ = ["promote", "image_index", "release_tags", "release_serial", "PublishError"]
+__all__ = ["promote", "image_index", "release_date", "release_tags", "release_serial", "PublishError"]
