@@ -12,13 +12,15 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.core import catalog, cpubaseline
 from builder.core import platforms as plat
 from builder.load import tags as tag_templates, versions
-from builder.load.params import Download, WheelPin, WheelPins
+from builder.load.params import Download, GitPin, WheelPin, WheelPins
 from builder.core.catalog import Known, driver_tuple
 from builder.rules.facts import agree, ORIGINS, Fact, StackFacts, major_minor, resolve
 from builder.rules.findings import Finding, ordered, strict as make_strict
@@ -705,6 +707,61 @@ def extras_without_deps(ctx: Ctx) -> Iterator[Finding]:
                            "(PEP 508, core metadata Provides-Extra); pip --no-deps installs no dependency",
                            fix="install: pip (or pip-editable), or list the "
                            "dependencies under packages instead of extras")
+
+
+def _project_claims(layer: LayerDef) -> tuple[dict, dict]:
+    """What a project layer takes for itself: ({path: parameter} it writes, {distribution: (what, parameter)} it
+    installs). Its checkout (`path`) and, with uv-sync, its virtual environment; the distributions its kind
+    installs (megatron: megatron-core); the repository it installs (two commits of one repository install one
+    distribution); and each of its pinned `packages`, as written."""
+    params = dict(layer.params)
+    install = params.get("install")
+    paths = {params[p]: p for p in ("path",) if isinstance(params.get(p), str)}
+    if install == "uv-sync" and isinstance(params.get("venv"), str):
+        paths[params["venv"]] = "venv"
+    dists: dict = {}
+    # Installed or only put on PYTHONPATH (which comes first on import), the code is the project's either way.
+    for _, names in layer.kind.versions:
+        for name in names:
+            dists[canonicalize_name(name)] = (name, "source")
+    source = params.get("source")
+    if isinstance(source, GitPin):
+        dists["repo:" + source.repo.rstrip("/").removesuffix(".git")] = (f"the project of {source.repo}", "source")
+    for raw in params.get("packages") or ():
+        try:
+            req = Requirement(str(raw))
+        except InvalidRequirement:
+            continue
+        dists.setdefault(canonicalize_name(req.name), (str(raw), "packages"))
+    return paths, dists
+
+
+@rule("IB081", "two projects that install the same distribution or write the same path")
+def projects_collide(ctx: Ctx) -> Iterator[Finding]:
+    """Projects are layers of one image, installed one over the other: a second that writes the first's
+    checkout path or virtual environment, or installs a distribution the first installed (megatron-core from
+    another commit, another pin of a package), replaces it without a word, and the first project's checks
+    then run the second's code. A second team's project is a second stack (`extends:` the first)."""
+    projects = [layer for layer in ctx.stack.chain if layer.section == "projects"]
+    claims = [(layer, *_project_claims(layer)) for layer in projects]
+    for i, (second, paths, dists) in enumerate(claims):
+        for first, first_paths, first_dists in claims[:i]:
+            for path in sorted(set(paths) & set(first_paths)):
+                yield ctx.find("IB081", "error", ctx.layer_key(second, paths[path]),
+                               f"projects {first.name!r} and {second.name!r} both write {path} "
+                               f"({first.name}.{first_paths[path]}, {second.name}.{paths[path]}): the second "
+                               "replaces the first", fix=f"give {second.name} another {paths[path]}, or make it a "
+                               f"second stack (extends: {ctx.stack.name})")
+            for key in sorted(set(dists) & set(first_dists)):
+                mine, theirs = dists[key], first_dists[key]
+                if mine[1] == theirs[1] == "packages" and mine[0] == theirs[0]:
+                    continue   # one pin written twice: the second install changes nothing
+                what = theirs[0] if key.startswith("repo:") else f"{key} ({theirs[0]}; {mine[0]})"
+                yield ctx.find("IB081", "error", ctx.layer_key(second, mine[1]),
+                               f"projects {first.name!r} and {second.name!r} both install {what}: the second "
+                               "replaces the first's, whose checks then test the second's",
+                               fix=f"one stack per team's project: a second stack that extends {ctx.stack.name} "
+                               f"with project: {second.name}")
 
 
 # -- torch replaced, NCCL skew, base facts ----------------------------------------------------------
