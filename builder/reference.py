@@ -110,11 +110,20 @@ KEY_DOCS = {
         "base": "A name under bases.",
         "layers": "Names under layers, bottom to top.",
         "project": "A name under projects, or a list of them: each a layer at the top, above the runtime, in the "
-                   "order given.",
+                   "order given. Projects of one stack share one image: two that write the same path (a checkout, a "
+                   "uv venv) or install the same distribution (megatron-core from two commits, one repository twice, "
+                   "a package pinned two ways) are refused (IB081), naming both. A second team's project is a second "
+                   "stack: `extends:` the first and name its own `project:`.",
         "runtime": "A name under runtimes.",
         "above": "Layers installed above the projects, in order (a package into a project's virtual environment).",
         "gpus": "Target GPUs by catalog name (A100, H100, H200, ...): the arch lists and the GPU runners follow.",
-        "tags": "Release tag templates; fields {stack}, {date} and every version field (`imgbuild kinds` lists them).",
+        "tags": "Release tag templates; fields {stack}, {date}, {project_commit} and every version field (`imgbuild "
+                "kinds` lists them). {date} is the release day as YYYY.MM.DD; {date:FORMAT} takes a strftime format "
+                "of %Y %y %m %d %H %M %S %j %U %W (`{date:%Y%m%d}`). {project_commit} is the first 12 hex digits of "
+                "the stack's one project's commit (refused on a stack with no project or several): two commits "
+                "that declare one megatron-core version give one `-mcore{megatron}` tag, which moves, and two "
+                "`-{project_commit}` tags. A version field that nothing in the stack declares is read from the "
+                "image at release; `check` warns of it (IB005), since `plan` and `diff` can only print it unfilled.",
         "driver_floor": "This stack's partition's oldest driver, where it differs from the site's.",
         "waivers": "Findings this stack accepts: [{rule: IBxxx, reason: ...}].",
         "platforms": "What it is built for: [linux/amd64], [linux/arm64] or both (one release, an OCI index of each "

@@ -369,6 +369,19 @@ FAILS = [
     Fail("megatron-unknown-commit", S("ngc2509", ["site"], project="m"), "IB060", "unknown",
          r"which megatron-core this commit is is not known", "projects.m.params.source",
          extra={"projects": {"m": {"kind": "megatron", "params": {"source": {"repo": MEGATRON, "commit": "f" * 40}}}}}),
+    Fail("megatron-tag-object-pin", S("ngc2509", ["site"], project="m"), "IB066", "error",
+         r"103851dcf4c3 is the annotated tag object of core_v0\.15\.0, not a commit", "projects.m.params.source",
+         extra={"projects": {"m": {"kind": "megatron", "params": {
+             "source": {"repo": MEGATRON, "commit": "103851dcf4c380fe93463e2c128cbfba9bd84e37"}, "version": "0.15.0"}}}}),
+    Fail("tag-field-unknown-before-build", S("ngc2509", ["site"], project="m", tags=["{stack}-mcore{megatron}"]),
+         "IB005", "warning", r"\{megatron\} is not known before the build", "stacks.s.tags[0]",
+         extra={"projects": {"m": {"kind": "megatron", "params": {"source": {"repo": MEGATRON, "commit": "f" * 40}}}}}),
+    Fail("two-megatron-projects", S("ngc2509", ["site"], project=["m", "m2"]), "IB081", "error",
+         r"projects 'm' and 'm2' both write /opt/Megatron-LM", "projects.m2.params.path",
+         extra={"projects": {"m": {"kind": "megatron", "params": {"source": {"repo": MEGATRON, "commit": COMMITS["0.16"]},
+                                                                 "version": "0.16.0"}},
+                             "m2": {"kind": "megatron", "params": {"source": {"repo": MEGATRON, "commit": COMMITS["0.17"]},
+                                                                  "version": "0.17.0"}}}}),
     # -- torch replaced, NCCL, base facts ---------------------------------------------------------
     Fail("ds-requires-torch-vs-prerelease", S("old", ["site", "ds"]), "IB070", "error",
          r"deepspeed 0\.19\.5 requires torch>=2\.0\.0, which the base's torch 2\.0\.0a0\+1767026 does not satisfy",
@@ -502,6 +515,11 @@ PASSES = [
      {"layers": {"d": ds("0.19.8")}}, None),
     ("IB060 IB061 IB062 IB063 IB064 IB065", S("fresh", ["site", "te-shipped"], project="mc16"), {}, None),
     ("IB061 IB062", S("ngc2509", ["site"], project="mc17"), {}, None),
+    # The twins of IB005, IB066 and IB081: a known commit fills {megatron}; the commit, not its tag object; a
+    # second project at a path of its own that installs nothing the first does.
+    ("IB005 IB066 IB081", S("ngc2509", ["site"], project=["mc16", "px2"], tags=["{stack}-mcore{megatron}"]),
+     {"projects": {"px2": {"kind": "project", "params": {"source": {"repo": "https://example.com/p.git", "commit": "a" * 40},
+                                                         "path": "/opt/p2"}}}}, None),
     ("IB070 IB075 IB045 IB002", S("deb", ["cput", "ds-cpu"], gpus=[]), {}, None),
     # Host-code ops on a CPU stack, and CUDA ops above a CUDA toolkit from PyPI.
     ("IB045 IB104", S("deb", ["cput", "dsh"], gpus=[]),

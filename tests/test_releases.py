@@ -74,13 +74,31 @@ def test_an_ngc_month_that_cannot_exist_is_one_error_for_the_base(tmp_path):
             "check(s) of h100-megatron, h100-megatron-next cannot be judged" in found[0]["message"], found
 
 
-def test_an_ngc_month_the_catalog_lacks_is_one_unknown_naming_the_months_it_knows(tmp_path):
-    _, found = _ngc(tmp_path, "26.02")
-    assert [(f["rule"], f["severity"]) for f in found] == [("IB004", "unknown")], found
+def test_an_ngc_month_the_catalog_lacks_is_one_warning_naming_the_months_it_knows(tmp_path):
+    res, found = _ngc(tmp_path, "26.02")
+    assert [(f["rule"], f["severity"]) for f in found] == [("IB004", "error")], found   # --strict: refused
+    assert res.code == 3, res.output
     assert "it knows 23.04 to 25.12" in found[0]["message"] and "imgbuild lock base=ngc-25.09" in found[0]["fix"]
     # A base that declares what it provides is judged by that: no IB004, its own findings stand.
     _, found = _ngc(tmp_path, "26.03", provides=True)
     assert not [f for f in found if f["rule"] == "IB004"], found
+
+
+@pytest.mark.parametrize("provides, refused", [(None, True), ({"python": "3.11.2", "os": "debian-12"}, False)])
+def test_a_base_nobody_knows_or_measured_fails_strict(tmp_path, provides, refused):
+    """Any base, not only NGC: no catalog record, nothing declared, no lock entry is one IB004 warning, which
+    --strict refuses; the same base declaring what it provides passes."""
+    data = shipped_data()
+    data["bases"]["nobody"] = {"image": "127.0.0.1:5000/nobody/knows:1.0", "family": "debian",
+                               **({"provides": provides} if provides else {})}
+    data["stacks"]["nb"] = {"base": "nobody", "layers": ["cpu-torch-2.13"]}
+    for _ in range(2):
+        res = run_cli("check", "--strict", "--json", "stack=nb", "-f", write_stacks(tmp_path, data))
+        found = [(f["rule"], f["severity"], f["key"]) for f in json.loads(res.out)["findings"]]
+        if refused:
+            assert res.code == 3 and found == [("IB004", "error", "bases.nobody.image")], res.output
+        else:
+            assert res.code == 0 and found == [], res.output
 
 
 def test_facts_lists_the_bases_and_releases_the_catalog_knows():

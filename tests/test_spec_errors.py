@@ -72,7 +72,7 @@ BASE_KEYS = "allowed: description, digest, family, image, provides, source"
 LAYER_KEYS = "allowed: description, kind, params"  # layers, projects and runtimes alike
 DS_PARAMS = "allowed: apt, libaio, ops, packages, runtime_ops, version"
 KINDS = "kinds (folders under layers/): apex, cpu-torch, cuda-source, cuda-toolkit-pip, deepspeed, flash-attn, jax, megatron, nccl-tests, ngc-jax, ngc-pytorch, pip, project, pypi-torch, runtime-env, system-setup, transformer-engine"
-TAGS = ("allowed: {stack}, {date}, {python}, {torch}, {cuda}, {cudnn}, {nccl}, {numpy}, {apex}, {deepspeed}, "
+TAGS = ("allowed: {stack}, {date}, {project_commit}, {python}, {torch}, {cuda}, {cudnn}, {nccl}, {numpy}, {apex}, {deepspeed}, "
         "{flash_attn}, {jax}, {jaxlib}, {megatron}, {transformer_engine}")
 
 
@@ -126,7 +126,7 @@ CASES = [
     Case("unknown-layer-reference", "    layers: [site, ds]\n", "    layers: [site, dss]  # <==\n",
          "stacks.s1.layers[1]", "unknown layer 'dss'", "layers: cput, ds, site"),
     Case("project-used-as-layer", "    layers: [site, ds]\n", "    layers: [site, proj]  # <==\n",
-         "stacks.s1.layers[1]", "unknown layer 'proj'", "layers: cput, ds, site"),
+         "stacks.s1.layers[1]", "unknown layer 'proj': it is a project", "a stack names its projects under project:"),
     Case("unknown-project-reference", "    project: proj\n", "    project: projx  # <==\n",
          "stacks.s1.project", "unknown project 'projx'", "projects: proj"),
     Case("unknown-runtime-reference", "    runtime: env\n    gpus", "    runtime: ib  # <==\n    gpus",
@@ -474,7 +474,7 @@ def test_a_range_as_a_kind_s_default_version_is_the_same_rule(tmp_path):
 # Five mistakes, each in a place of its own; the line of each carries '# <==' (in this order in the file).
 FIVE = [  # (old, new, key, reason, rule)
     ("params: {apt: [libaio-dev]}", "params: {apts: [libaio-dev]}  # <==",
-     "layers.site.params.apts", "unknown parameter 'apts' for kind 'ngc-pytorch'", "IB201"),
+     "layers.site.params.apts", "unknown parameter 'apts' for kind 'ngc-pytorch' (did you mean 'apt'?)", "IB201"),
     ('params: {version: "0.19.5", ops: [fused_adam]}', 'params: {version: ">=0.19", ops: [fused_adam]}  # <==',
      "layers.ds.params.version", "needs an exact version (X.Y.Z), got the range '>=0.19'", "IB211"),
     ('env: {A: "1"}', 'env: "A=1"  # <==',
@@ -617,3 +617,31 @@ def test_every_independent_mistake_of_a_kind_file_is_reported_in_one_run(tmp_pat
     body = json.loads(run_cli("check", "-f", write_stacks(root, VALID), "--json").out)
     assert [e["key"] for e in body["errors"]] == ["role", "params.version.type", "params.flag.colour",
                                                   "compiles_cuda", "checks[1].check"], body
+
+
+def test_five_mistakes_across_references_lists_and_sections_in_one_check(tmp_path):
+    """Issue 36 (8): a reference was named only once the structural mistakes were fixed (its section held a
+    refused entry, which it might have named), and only a list's first bad item was. One `check --json` now
+    names all of them: a reference beside a refused entry it does not name, every bad item of a list, a key
+    misspelt in the site, a kind misspelt, and the near name for each misspelling."""
+    from conftest import shipped_data, write_stacks
+    data = shipped_data()
+    data["site"]["regstry"] = data["site"].pop("registry", "127.0.0.1:5000")                 # a section's key
+    data["layers"]["cpu-torch-2.13"]["kind"] = "cpu-troch"                                    # a kind
+    data["layers"]["extras"] = {"kind": "pip", "params": {"packages": [                      # two items of a list
+        "numpy==2.1.0", "not a req!", "torch==2.13.0", "scipy=="]}}
+    data["stacks"]["cpu-smoke"]["layers"] = ["cpu-torch-2.13", "ds-0.19.8-cpu", "extras"]
+    data["stacks"]["cpu-smoke"]["project"] = "smoke-trian"                                    # a reference
+    file = write_stacks(tmp_path, data)
+    for _ in range(2):
+        res = run_cli("check", "--json", "-f", file)
+        assert res.code == 2, res.output
+        got = {(e["key"], e["reason"]) for e in json.loads(res.out)["errors"]}
+        assert got == {
+            ("site.regstry", "unknown key 'regstry' (did you mean 'registry'?)"),
+            ("layers.cpu-torch-2.13.kind", "unknown layer kind 'cpu-troch' (did you mean 'cpu-torch'?)"),
+            ("layers.extras.params.packages[1]", next(r for k, r in got if k.endswith("packages[1]"))),
+            ("layers.extras.params.packages[3]", next(r for k, r in got if k.endswith("packages[3]"))),
+            ("stacks.cpu-smoke.project", "unknown project 'smoke-trian' (did you mean 'smoke-train'?)"),
+        }, got
+        assert all("is not a valid requirement" in r for k, r in got if "packages" in k)

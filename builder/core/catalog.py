@@ -111,6 +111,7 @@ class MegatronRelease:
     te_dev: SpecifierSet | None
     source: str
     verified: bool
+    tag_object: str | None = None   # the annotated tag's own object, where core_vX.Y.Z is annotated: never a pin
 
 
 @dataclass(frozen=True)
@@ -314,13 +315,16 @@ def megatron_releases() -> tuple[MegatronRelease, ...]:
     return tuple(MegatronRelease(version=Version(r["version"]), commit=r["commit"], python=spec_set(r.get("python")),
                                  torch=spec_set(r.get("torch")), numpy=spec_set(r.get("numpy")),
                                  te_dev=spec_set(r.get("te_dev")),
-                                 source=f"{rec['source']} (core_v{r['version']})", verified=bool(rec["verified"]))
+                                 source=f"{rec['source']} (core_v{r['version']})", verified=bool(rec["verified"]),
+                                 tag_object=r.get("tag_object"))
                  for r in rec["releases"])
 
 
-def megatron_release(version: Version | None = None, commit: str | None = None) -> MegatronRelease | None:
+def megatron_release(version: Version | None = None, commit: str | None = None,
+                     tag_object: str | None = None) -> MegatronRelease | None:
     for rel in megatron_releases():
-        if (version is not None and rel.version == version) or (commit is not None and rel.commit == commit):
+        if (version is not None and rel.version == version) or (commit is not None and rel.commit == commit) \
+                or (tag_object is not None and rel.tag_object == tag_object):
             return rel
     return None
 

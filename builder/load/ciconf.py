@@ -16,6 +16,7 @@ from typing import Any
 
 from builder.core import platforms
 from builder.load.params import type_name
+from builder.errors import did_you_mean
 from builder.redact import redact
 from builder.textsafe import inert
 from builder.core import catalog
@@ -249,10 +250,9 @@ def _gpu_map(loader, path: tuple, value: Any) -> tuple:
     out = []
     for name, items in raw.items():
         if name not in catalog.gpus() and name not in gens:
-            near = [g for g in list(catalog.gpus()) + list(gens) if str(name).lower() == g.lower()]
             shown = redact(str(name)[:40])
             raise loader.err(path + (name,) if isinstance(name, str) and RUNNER_LABEL.match(name) else path,
-                             f"unknown GPU or GPU generation {shown!r}" + (f" (did you mean {near[0]!r}?)" if near else ""),
+                             f"unknown GPU or GPU generation {shown!r}" + did_you_mean(name, [*catalog.gpus(), *gens]),
                              hint="GPUs: " + ", ".join(catalog.gpus()) + "; generations: " + ", ".join(gens))
         out.append((name, _labels(loader, path + (name,), items)))
     if not out:
@@ -366,8 +366,7 @@ def _gpu_checks(loader, path: tuple, value: Any) -> tuple:
             raise loader.err(here, f"a stack name of {len(str(name))} characters that is not a name (not shown)",
                              hint=listed)
         if names is not None and name not in names:
-            near = [n for n in names if n.lower() == name.lower()]
-            raise loader.err(here + (name,), f"unknown stack {name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""),
+            raise loader.err(here + (name,), f"unknown stack {name!r}" + did_you_mean(name, names),
                              hint=listed)
         if reason is None or (isinstance(reason, str) and not reason.strip()):
             raise loader.err(here + (name,), "a waiver needs its reason: why this stack may be released with GPU "

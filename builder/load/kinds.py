@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder.errors import SpecError, SpecErrors
+from builder.errors import SpecError, SpecErrors, did_you_mean
 from builder.load.params import TYPES, ParamError, ParamSpec
 from builder.core.yamlsrc import Doc, dotted, load_file
 
@@ -98,7 +98,8 @@ def _strings(doc: Doc, path: tuple, value: Any) -> tuple:
 def _unknown(doc: Doc, path: tuple, mapping: dict, allowed: set) -> None:
     for key in mapping:
         if key not in allowed:
-            raise doc.error(path + (key,), f"unknown key {key!r}", hint="allowed: " + ", ".join(sorted(allowed)))
+            raise doc.error(path + (key,), f"unknown key {key!r}" + did_you_mean(key, allowed),
+                            hint="allowed: " + ", ".join(sorted(allowed)))
 
 
 def _hash_files(folder: Path) -> tuple:

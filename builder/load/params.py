@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.load.intent import INTENTS, REF, floating, git_requirement
 from builder.core.platforms import wheel_platform
+from builder.errors import did_you_mean
 from builder.redact import has_credentials, redact
 
 TYPES = ("str", "int", "bool", "version", "enum", "list", "map", "git", "requirements", "wheel", "path", "apt",
@@ -440,7 +441,8 @@ def _git(spec: ParamSpec, value: Any) -> GitPin:
                          hint="repo: URL and commit: a full sha, or ref: a tag or branch that imgbuild lock resolves")
     unknown = sorted(set(value) - {"repo", "commit", "ref", "submodules"})
     if unknown:
-        raise ParamError(f"unknown key {unknown[0]!r}", (unknown[0],), hint="allowed: repo, commit, ref, submodules")
+        raise ParamError(f"unknown key {unknown[0]!r}" + did_you_mean(unknown[0], ("repo", "commit", "ref", "submodules")),
+                         (unknown[0],), hint="allowed: repo, commit, ref, submodules")
     if "repo" not in value:
         raise ParamError("missing 'repo'", ("repo",))
     if "commit" in value and "ref" in value:

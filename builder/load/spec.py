@@ -283,6 +283,9 @@ class _Loader:
         # Sections (site, bases, layers, projects, runtimes, stacks) refused whole or holding a refused entry:
         # a reference into one that finds nothing may mean the refused entry, so it is not reported.
         self.incomplete: set[str] = set()
+        # Names of entries refused ("bases", or "layers" for the one namespace of layers, projects and runtimes):
+        # a reference to one is not said to be unknown (its entry's refusal is what is wrong); any other is.
+        self.refused_names: dict[str, set] = {"bases": set(), "layers": set()}
         self.resolved: dict = {}             # stack name -> merged with the stacks it extends (stack_raw)
         self.unread: set = set()             # stacks whose extends chain could not be read (stack_raw)
         # Mappings read past their unknown keys (known()): a required key missing there is not said, since
@@ -316,7 +319,7 @@ class _Loader:
                         unknown.append(self.err(path, f"an unknown key of {len(str(key))} characters that is not "
                                                 "a name (not shown)", hint="allowed: " + ", ".join(sorted(allowed))))
                     else:
-                        unknown.append(self.err(path + (key,), f"unknown key {key!r}",
+                        unknown.append(self.err(path + (key,), f"unknown key {key!r}" + did_you_mean(key, allowed),
                                                 hint="allowed: " + ", ".join(sorted(allowed))))
             if unknown:
                 self.refused.extend(unknown[:-1])
@@ -402,7 +405,7 @@ class _Loader:
             if named and read:
                 out[name] = replace(base, cuda=base_cuda(base, site, lock))
             else:
-                self.incomplete.add("bases")
+                self.refused_names["bases"].add(name)
         return out
 
     def layers(self, data: dict) -> dict:
@@ -417,7 +420,7 @@ class _Loader:
                 if read:
                     out[name] = layer
                 else:
-                    self.incomplete.add(section)
+                    self.refused_names["layers"].add(name)
         return out
 
     def stacks(self, data: dict, bases: dict, layers: dict, site: Site) -> dict:
@@ -553,7 +556,7 @@ class _Loader:
         read &= self.attempt(self.free_text, path + ("description",), raw.get("description"))[0]
         kind_name = self.required(path, raw, "kind")
         if not isinstance(kind_name, str) or kind_name not in self.kinds:
-            raise self.err(path + ("kind",), f"unknown layer kind {kind_name!r}",
+            raise self.err(path + ("kind",), f"unknown layer kind {kind_name!r}" + did_you_mean(kind_name, self.kinds),
                            hint="kinds (folders under layers/): " + ", ".join(sorted(self.kinds)))
         kind = self.kinds[kind_name]
         if kind.role not in SECTIONS[section]:
@@ -564,7 +567,8 @@ class _Loader:
         given = self.mapping(path + ("params",), raw.get("params", {}) or {})
         unknown = [key for key in given if key not in kind.params]
         for key in unknown:
-            self.refused.append(self.err(path + ("params", key), f"unknown parameter {key!r} for kind {kind_name!r}",
+            self.refused.append(self.err(path + ("params", key), f"unknown parameter {key!r} for kind {kind_name!r}"
+                                         + did_you_mean(key, kind.params),
                                          hint="allowed: " + ", ".join(sorted(kind.params))))
         read &= not unknown
         params = {}
@@ -588,7 +592,29 @@ class _Loader:
         try:
             return pspec.convert(value)
         except ParamError as exc:
-            raise self.err(path + exc.path, exc.reason, exc.hint) from None
+            first = self.err(path + exc.path, exc.reason, exc.hint)
+            more = self.more_items(path, pspec, value, exc) if isinstance(value, list) else []
+            if not more:
+                raise first from None
+        self.refused.extend([first, *more])
+        raise Skipped
+
+    def more_items(self, path: tuple, pspec: Any, value: list, exc: ParamError) -> list:
+        """Every other bad item of a list parameter, not only the first: the list converted again without each
+        item refused, until it converts or a refusal names no item (one the removals may have caused)."""
+        index = list(range(len(value)))   # the original index of each item still in the list
+        out: list = []
+        while len(out) < SpecErrors.LIMIT and exc.path and isinstance(exc.path[0], int) and 0 <= exc.path[0] < len(index):
+            del index[exc.path[0]]
+            try:
+                pspec.convert([value[i] for i in index])
+                break
+            except ParamError as again:
+                if not again.path or not isinstance(again.path[0], int) or not 0 <= again.path[0] < len(index):
+                    break
+                out.append(self.err(path + (index[again.path[0]],) + again.path[1:], again.reason, again.hint))
+                exc = again
+        return out
 
     def stack_raw(self, stacks: dict, name: str) -> dict:
         """Merge a stack with the stacks it extends, refusing cycles with the whole loop named.
@@ -689,10 +715,17 @@ class _Loader:
         if not isinstance(value, str):
             raise self.err(where, f"expected a name, got {type_name(value)}")
         if value not in pool or (section != "bases" and pool[value].section != section):
-            if section in self.incomplete:
-                raise Skipped   # it may name the entry refused there
+            group = "bases" if section == "bases" else "layers"   # layers, projects and runtimes: one namespace
+            if section in self.incomplete or value in self.refused_names[group]:
+                raise Skipped   # it names an entry refused there (or may: a section refused whole)
+            if value in pool:
+                raise self.err(where, f"unknown {section[:-1]} {value!r}: it is a {pool[value].section[:-1]}",
+                               hint="a stack names " + {"layers": "its layers under layers: (or above:)",
+                                                        "projects": "its projects under project:",
+                                                        "runtimes": "its runtime under runtime:"}[pool[value].section])
             names = sorted(n for n, d in pool.items() if section == "bases" or d.section == section)
-            raise self.err(where, f"unknown {section[:-1]} {value!r}", hint=f"{section}: " + ", ".join(names))
+            raise self.err(where, f"unknown {section[:-1]} {value!r}" + did_you_mean(value, names),
+                           hint=f"{section}: " + ", ".join(names))
         return pool[value]
 
     def chain(self, path: tuple, raw: dict, layers: dict) -> list:
@@ -735,8 +768,7 @@ class _Loader:
 
     def gpu(self, where: tuple, gname: Any) -> Any:
         if not isinstance(gname, str) or gname not in catalog.gpus():
-            near = [g for g in catalog.gpus() if isinstance(gname, str) and g.lower() == gname.lower().replace(" ", "")]
-            raise self.err(where, f"unknown GPU {gname!r}" + (f" (did you mean {near[0]!r}?)" if near else ""),
+            raise self.err(where, f"unknown GPU {gname!r}" + did_you_mean(gname, catalog.gpus()),
                            hint="catalog GPUs: " + ", ".join(catalog.gpus()))
         return catalog.gpus()[gname]
 

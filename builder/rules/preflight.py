@@ -30,7 +30,7 @@ from builder.core.yamlsrc import dotted
 
 @dataclass(frozen=True)
 class Rule:
-    id: str     # the id its findings carry (IB030 reports the catalog's IB031-IB039; IB060 also IB061-IB065)
+    id: str     # the id its findings carry (IB030 reports the catalog's IB031-IB039; IB060 also IB061-IB066)
     name: str
     check: Callable[["Ctx"], Iterable[Finding]]
 
@@ -190,6 +190,8 @@ def tag_fields_known(ctx: Ctx) -> Iterator[Finding]:
             yield ctx.find("IB005", "warning", ctx.stack_key("tags", i),
                            f"tag {template!r}: {{{name}}} is not known before the build (nothing the stack declares "
                            "gives it); it is read from the image at release, so plan and diff show it unfilled",
+                           source="release tags are filled from the versions measured in the image (docs/stacks-reference.md, "
+                                  "tags); before the build only what the stack declares or the catalog knows fills them",
                            fix=f"declare the version that gives {{{name}}} (a layer's params.version, a commit "
                                "the catalog knows), or tag by {project_commit} or {date}")
 
@@ -650,6 +652,15 @@ def megatron(ctx: Ctx) -> Iterator[Finding]:
     layer = ctx.facts.providers.get("megatron")
     if layer is None:
         return
+    pinned = dict(layer.params)["source"].commit
+    tagged = catalog.megatron_release(tag_object=pinned)
+    if tagged is not None:
+        yield ctx.find("IB066", "error", ctx.layer_key(layer, "source"),
+                       f"{pinned[:12]} is the annotated tag object of core_v{tagged.version}, not a commit: the image's "
+                       f"source-commit check reads the commit it points to, {tagged.commit[:12]}, and fails after the "
+                       "build", known=Known(tagged.commit, tagged.source, tagged.verified),
+                       fix=f"pin commit {tagged.commit} (git rev-parse core_v{tagged.version}^{{commit}})")
+        return
     fact = ctx.facts.get("megatron")
     key = ctx.layer_key(layer, "version") if fact and fact.origin == "declared" else ctx.layer_key(layer, "source")
     if fact is None:
@@ -662,7 +673,6 @@ def megatron(ctx: Ctx) -> Iterator[Finding]:
                           "requirements are not known", fix="add the release to builder/core/data/catalog.yaml")
         return
     known = Known(rel.version, rel.source, rel.verified)
-    pinned = dict(layer.params)["source"].commit
     by_commit = catalog.megatron_release(commit=pinned)
     if by_commit is not None and by_commit.version != fact.value:
         yield ctx.find("IB064", "error", key, f"commit {pinned[:12]} is megatron-core {by_commit.version}, not "
@@ -736,6 +746,12 @@ def _project_claims(layer: LayerDef) -> tuple[dict, dict]:
     return paths, dists
 
 
+LAYER_CHANGESETS = ("an image's layers are applied in order, and a path an upper layer writes replaces the lower "
+                    "layer's (OCI image spec, layer.md: changesets)")
+ONE_VERSION = ("an environment holds one version of a distribution: installing another uninstalls the first (pip's "
+               "user guide; import system: the first match on sys.path wins)")
+
+
 @rule("IB081", "two projects that install the same distribution or write the same path")
 def projects_collide(ctx: Ctx) -> Iterator[Finding]:
     """Projects are layers of one image, installed one over the other: a second that writes the first's
@@ -750,7 +766,7 @@ def projects_collide(ctx: Ctx) -> Iterator[Finding]:
                 yield ctx.find("IB081", "error", ctx.layer_key(second, paths[path]),
                                f"projects {first.name!r} and {second.name!r} both write {path} "
                                f"({first.name}.{first_paths[path]}, {second.name}.{paths[path]}): the second "
-                               "replaces the first", fix=f"give {second.name} another {paths[path]}, or make it a "
+                               "replaces the first", source=LAYER_CHANGESETS, fix=f"give {second.name} another {paths[path]}, or make it a "
                                f"second stack (extends: {ctx.stack.name})")
             for key in sorted(set(dists) & set(first_dists)):
                 mine, theirs = dists[key], first_dists[key]
@@ -759,7 +775,7 @@ def projects_collide(ctx: Ctx) -> Iterator[Finding]:
                 what = theirs[0] if key.startswith("repo:") else f"{key} ({theirs[0]}; {mine[0]})"
                 yield ctx.find("IB081", "error", ctx.layer_key(second, mine[1]),
                                f"projects {first.name!r} and {second.name!r} both install {what}: the second "
-                               "replaces the first's, whose checks then test the second's",
+                               "replaces the first's, whose checks then test the second's", source=ONE_VERSION,
                                fix=f"one stack per team's project: a second stack that extends {ctx.stack.name} "
                                f"with project: {second.name}")
 

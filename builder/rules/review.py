@@ -94,36 +94,49 @@ def review(prepared, strict: bool = False, require_locked: bool = False) -> Revi
 
 
 def unknown_bases(spec: Spec, stacks: list[Stack], lock: Lock | None, found: list[Finding]) -> list[Finding]:
-    """IB004: an NGC base whose month the catalog does not know, that declares nothing it provides and that no
-    lock entry measured: nothing is known of it, so every rule that needs its torch, CUDA or Python says so, once
-    per stack (NGC 25.13 gave nine such lines and none saying why). One finding for the base instead, with the
-    months the catalog knows; the unknowns of its stacks are folded into it. A month that cannot exist (13 and
-    above) is an error: the pull would fail."""
+    """IB004: a base the catalog has no record of, that declares nothing it provides and that no lock entry
+    measured: nothing is known of it, so every rule that needs its torch, CUDA or Python says so, once per stack
+    (NGC 25.13 gave nine such lines and none saying why), and a base with no rule that needs it passed --strict
+    unseen. One finding for the base instead (for NGC, with the months the catalog knows); the unknowns of its
+    stacks are folded into it. A warning, not an unknown: that nothing vouches for the image is itself known, and
+    --strict refuses it. An NGC month that cannot exist (13 and above) is an error: the pull would fail."""
     out, dropped_all = [], set()
     for base in {s.base.name: s.base for s in stacks}.values():
-        framework = catalog.NGC_FRAMEWORK.get(base.family)
-        m = catalog.NGC_TAG.search(base.image)
-        if framework is None or m is None or catalog.base_record(base.family, base.image) is not None:
+        if catalog.base_record(base.family, base.image) is not None:
             continue
         entry = lock.bases.get(base.name) if lock is not None else None
         if base.provides or (entry is not None and base.locked_by(entry, spec.site) and entry.facts):
             continue
         users = [s.name for s in stacks if s.base.name == base.name]
+        # What the base's being unknown causes: the unknowns of its stacks, and their tag fields nothing gives (IB005).
+        dropped = [f for f in found if (f.severity == "unknown" or f.rule == "IB005") and f.stack in users]
+        dropped_all.update(id(f) for f in dropped)
+        key = ("bases", base.name, "image")
+        folded = (f"; {len(dropped)} check(s) of {', '.join(users)} cannot be judged until they are known"
+                  if dropped else "")
+        framework = catalog.NGC_FRAMEWORK.get(base.family)
+        m = catalog.NGC_TAG.search(base.image)
+        if framework is None or m is None:
+            # Any other base nobody knows: no record, nothing declared, never measured. --strict refuses it.
+            out.append(Finding(
+                rule="IB004", severity="warning", file=spec.file, line=spec.doc.line(key) if spec.doc else None,
+                key=dotted(key), stack=users[0],
+                message=f"nothing is known of base {base.name} ({base.image}): the catalog has no record of it, it "
+                        "declares nothing it provides, and no lock entry measured it" + folded,
+                source="the catalog's bases (imgbuild facts lists them)",
+                fix=f"measure it (imgbuild lock base={base.name}), or declare bases.{base.name}.provides "
+                    "(python, os, and torch and cuda where it has them)"))
+            continue
         months = sorted(catalog.ngc_releases(framework), key=lambda r: tuple(map(int, r.split("."))))
         month = m.group(2)
         impossible = not 1 <= int(month.split(".")[1]) <= 12
-        dropped = [f for f in found if f.severity == "unknown" and f.stack in users]
-        dropped_all.update(id(f) for f in dropped)
-        key = ("bases", base.name, "image")
         name = f"NGC {catalog.FRAMEWORK_NAME[framework]} {month}"
         out.append(Finding(
-            rule="IB004", severity="error" if impossible else "unknown", file=spec.file,
+            rule="IB004", severity="error" if impossible else "warning", file=spec.file,
             line=spec.doc.line(key) if spec.doc else None, key=dotted(key), stack=users[0],
             message=(f"{name} is not a month NGC can have: no such image exists" if impossible else
                      f"{name} is not a release the catalog knows (it knows {months[0]} to {months[-1]}), and the "
-                     f"base declares nothing it provides: its torch, CUDA and Python are unknown")
-                    + (f"; {len(dropped)} check(s) of {', '.join(users)} cannot be judged until they are known"
-                       if dropped else ""),
+                     f"base declares nothing it provides: its torch, CUDA and Python are unknown") + folded,
             source=f"the catalog's NGC {catalog.FRAMEWORK_NAME[framework]} months (imgbuild facts lists them)",
             fix=("name a month that exists (imgbuild facts lists the ones the catalog knows)" if impossible else
                  f"measure it (imgbuild lock base={base.name}), or declare bases.{base.name}.provides")))
@@ -288,17 +301,20 @@ def unpinned(spec: Spec, plan, stacks: list[Stack], severity: str) -> list[Findi
 def _waive(spec: Spec, stacks: list[Stack], found: list[Finding], rendered: set) -> list[Finding]:
     """Mark the warnings and unknowns each stack waives, and report every waiver that waived nothing
     (IB095), so that none outlives its reason. A finding about a rendered layer image concerns every
-    selected stack whose chain holds that layer: it is waived only if all of them waive it. Errors are
-    never waived."""
+    selected stack whose chain holds that layer, and one about a base (IB004) every selected stack on it: it
+    is waived only if all of them waive it. Errors are never waived."""
     by_layer: dict = {}
     for stack in stacks:
         for layer in stack.chain:
             by_layer.setdefault(dotted((layer.section, layer.name)), []).append(stack.name)
+    on_base = {f.key: [s.name for s in stacks if dotted(("bases", s.base.name, "image")) == f.key]
+               for f in found if f.rule == "IB004"}
     waivers = {stack.name: {w.rule: w for w in stack.waivers} for stack in stacks}
     used: set = set()
     out = []
     for f in found:
-        concerned = set(by_layer.get(f.key, [])) | {f.stack} if f in rendered else {f.stack}
+        concerned = set(by_layer.get(f.key, [])) | {f.stack} if f in rendered else \
+            set(on_base[f.key]) | {f.stack} if f.rule == "IB004" else {f.stack}
         matching = [waivers.get(s, {}).get(f.rule) for s in concerned]
         if f.severity == "error" or not all(matching):
             out.append(f)
