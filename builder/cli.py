@@ -503,17 +503,27 @@ def ci_github(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, 
 
 
 @app.command()
-def facts(as_json: bool = JsonOpt) -> None:
-    """The bases the catalog knows (NGC PyTorch and JAX months) with their torch, CUDA, cuDNN, NCCL and Python,
-    and the framework releases it knows: what `check` judges a stack by where nothing was measured."""
+def facts(file: Optional[Path] = typer.Option(None, "--file", "-f", help="A stacks file whose site.catalog adds to "
+                                              "the shipped catalog (default: the shipped catalog alone)."),
+          as_json: bool = JsonOpt) -> None:
+    """The bases the catalog knows (NGC PyTorch and JAX months, and a site catalog's own bases) with their torch,
+    CUDA, cuDNN, NCCL and Python, and the framework releases it knows: what `check` judges a stack by where
+    nothing was measured."""
     from builder.core import catalog
     json_mode("facts", as_json)
+    if file is not None:
+        load_spec(file)   # puts its site catalog in use
+    else:
+        catalog.use(None)
     cols = ("torch", "jax", "cuda", "cudnn", "nccl", "python")
     bases = {}
     for framework in catalog.FRAMEWORK_NAME:
         for month, rel in sorted(catalog.ngc_releases(framework).items()):
             have = dict(rel.facts)
             bases[f"nvcr.io/nvidia/{framework}:{month}-py3"] = {**{c: have.get(c) for c in cols}, "source": rel.source}
+    for image in catalog.section("bases"):
+        rel = catalog.base_record("", image)
+        bases[image] = {**{c: dict(rel.facts).get(c) for c in cols}, "source": rel.source}
     width = max(map(len, bases))
     echo(f"{'base':<{width}}  " + "  ".join(f"{c:<18}" for c in cols))
     for image, row in bases.items():
@@ -555,29 +565,89 @@ def init(out: Path = typer.Option(Path("stacks.yaml"), "--out", "-o", help="Wher
          registry: str = typer.Option("127.0.0.1:5000", "--registry", help="The site registry, host[:port]."),
          namespace: str = typer.Option("imgbuild", "--namespace", help="Repository path for the site's images."),
          stack: str = typer.Option("first-stack", "--stack", help="The first stack's name."),
+         ngc: Optional[str] = typer.Option(None, "--ngc", metavar="MONTH", help="Start a GPU stack on NGC PyTorch "
+                                           "MONTH (25.09): a month the catalog knows (imgbuild facts lists them)."),
+         gpus: Optional[str] = typer.Option(None, "--gpus", metavar="H100,A100", help="With --ngc: the stack's GPUs, "
+                                            "by catalog name (its DeepSpeed ops are compiled for them)."),
          as_json: bool = JsonOpt) -> None:
-    """Write a minimal annotated stacks.yaml for a site: the mirrored Debian base, torch and DeepSpeed on
-    CPU, one stack; checked before it is written. Exit 2 if the file exists or a value is refused."""
+    """Write a minimal annotated stacks.yaml for a site, checked before it is written: the mirrored Debian base,
+    torch and DeepSpeed on CPU, one stack; or, with --ngc and --gpus, a GPU stack on an NGC PyTorch month with
+    the newest DeepSpeed that `check` accepts there. Exit 2 if the file exists or a value is refused."""
     from builder import reference
     from builder.ci import write
     json_mode("init", as_json)
     if out.exists():
         raise SpecError(f"{out} exists; imgbuild init writes a new file only", hint="--out another path")
-    text = reference.init_text(registry, namespace, stack)
+    if (ngc is None) != (gpus is None):
+        raise SpecError("--ngc MONTH and --gpus H100,... go together: a GPU stack needs both",
+                        hint="e.g. imgbuild init --ngc 25.09 --gpus H100,A100")
     import tempfile
     with tempfile.TemporaryDirectory(prefix="imgbuild-init-") as tmp:
         trial = Path(tmp) / "stacks.yaml"
-        trial.write_text(text)
-        try:
-            load_spec(trial)    # the values given on the command line are judged as in any stacks file
-        except SpecError as exc:   # every value refused, named by its key (the file is a temporary one)
-            given = [SpecError(f"{e.key}: {e.reason}", hint="--registry, --namespace and --stack are written there",
-                               rule=e.rule) for e in getattr(exc, "errors", None) or [exc]]
-            raise (given[0] if len(given) == 1 else SpecErrors(given)) from None
+        if ngc is None:
+            text = reference.init_text(registry, namespace, stack)
+            _init_trial(trial, text)
+            what = ""
+        else:
+            text, ds = _init_gpu(trial, registry, namespace, stack, ngc, gpus)
+            what = f" (NGC PyTorch {ngc}, DeepSpeed {ds}, {gpus})"
     write(out, text)
-    echo(f"ok: {out}: stack {stack!r} on {registry}/{namespace}; next: imgbuild check -f {out}, then "
+    echo(f"ok: {out}: stack {stack!r}{what} on {registry}/{namespace}; next: imgbuild check -f {out}, then "
          f"imgbuild build stack={stack} -f {out}")
     reply({"file": str(out), "stack": stack, "registry": registry, "namespace": namespace})
+
+
+def _init_trial(trial: Path, text: str):
+    """The file init would write, read as any stacks file: every value refused is named by its key (the file is a
+    temporary one, so its path is not shown)."""
+    trial.write_text(text)
+    try:
+        return load_spec(trial)
+    except SpecError as exc:
+        given = [SpecError(f"{e.key}: {e.reason}", hint="--registry, --namespace, --stack, --ngc and --gpus are "
+                           "written there", rule=e.rule) for e in getattr(exc, "errors", None) or [exc]]
+        raise (given[0] if len(given) == 1 else SpecErrors(given)) from None
+
+
+def _init_gpu(trial: Path, registry: str, namespace: str, stack: str, month: str, gpus: str) -> tuple[str, str]:
+    """init --ngc: the month's facts from the catalog, and the newest DeepSpeed release (the last patch of each
+    minor, newest first) whose stack `check` finds no error in."""
+    from builder import reference
+    from builder.core import catalog
+    from builder.errors import did_you_mean
+    from builder.rules.review import review
+    from packaging.version import Version
+    catalog.use(None)
+    months = catalog.ngc_releases("pytorch")
+    if month not in months:
+        known = sorted(months, key=lambda m: tuple(map(int, m.split("."))))
+        raise SpecError(f"--ngc {month!r}: not an NGC PyTorch month the catalog knows" + did_you_mean(month, known),
+                        hint=f"it knows {known[0]} to {known[-1]} (imgbuild facts); a newer month goes in a site "
+                             "catalog (site.catalog), then in stacks.yaml by hand")
+    facts = dict(months[month].facts)
+    names = [g.strip() for g in gpus.split(",") if g.strip()]
+    wrong = [g for g in names if g not in catalog.gpus()]
+    if wrong or not names:
+        raise SpecError(f"--gpus {gpus!r}: " + (", ".join(f"unknown GPU {g!r}" + did_you_mean(g, catalog.gpus())
+                                                          for g in wrong) or "no GPU named"),
+                        hint="catalog GPUs: " + ", ".join(catalog.gpus()))
+    newest = catalog.newest_known("deepspeed")
+    by_minor: dict = {}
+    for v in catalog.releases("deepspeed").value:
+        if newest is None or v <= Version(newest.value):
+            by_minor[v.release[:2]] = v
+    tried = []
+    for version in sorted(by_minor.values(), reverse=True)[:8]:
+        ngc = {"month": month, "torch": facts.get("torch", "?"), "cuda": facts.get("cuda", "?"),
+               "python": facts.get("python", "?"), "deepspeed": str(version), "gpus": names}
+        text = reference.init_text(registry, namespace, stack, ngc)
+        spec = _init_trial(trial, text)
+        errors = review(prepare(spec)).errors()
+        if not errors:
+            return text, str(version)
+        tried.append(f"{version}: {errors[0].rule} {errors[0].message}")
+    raise SpecError(f"no DeepSpeed release the catalog knows passes check on NGC PyTorch {month} for "
+                    f"{', '.join(names)}", hint="tried " + "; ".join(tried[:3]))
 
 
 def _interrupt(signum, frame) -> None:

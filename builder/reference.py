@@ -36,6 +36,10 @@ KEY_DOCS = {
         "k8s": "What `imgbuild node-check --emit-k8s` writes into Kubernetes manifests (below).",
         "ci": "How `imgbuild ci` writes pipelines (below).",
         "trust": "Who may write proof: the protected pipeline's public keys and the staging namespace (below; docs/trust.md).",
+        "catalog": "The site's own catalog: a YAML file of the shipped catalog's schema, relative to the stacks file, whose "
+                   "records (each with its source) add to or override the shipped catalog's: a Megatron release it lacks, an NGC "
+                   "month, a base built in house (bases: IMAGE: {python, torch, cuda, os, source}). Validated when read; findings "
+                   "judged by it name it as their source (docs/site-catalog.md).",
         "cpu_baseline": "The instruction-set level every node shares, one per platform (x86-64-v2/v3/v4, armv8-a, "
                         "armv8.2-a, armv9-a, neoverse-v2): compiled host code is built for it, never for the build "
                         "host, and the cpu-isa check refuses a binary beyond it. Default: derived per stack from its "
@@ -257,9 +261,51 @@ stacks:
 """
 
 
+# `imgbuild init --ngc MONTH --gpus H100,A100`: a GPU stack on an NGC PyTorch month the catalog knows, with a
+# DeepSpeed release that `check` accepts on it (builder.cli.init picks it) compiled for the GPUs given.
+INIT_GPU = """\
+# stacks.yaml: the site's images, written by `imgbuild init --ngc {month}`. Reference: docs/stacks-reference.md,
+# `imgbuild kinds` (every layer kind and its parameters). Check it with `imgbuild check`; `imgbuild facts`
+# lists what the catalog knows of NGC {month} (torch {torch}, CUDA {cuda}, Python {python}).
+version: 1
+
+site:
+  registry: {registry}          # where layer images and releases are pushed
+  namespace: {namespace}
+  # driver_floor: ...          # the oldest driver on the GPU nodes, as nvidia-smi prints it: checked against CUDA {cuda}
+
+bases:
+  ngc-{month}:
+    image: nvcr.io/nvidia/pytorch:{month}-py3   # or its mirror: "{{{{registry}}}}/mirror/pytorch:{month}-py3"
+    family: ngc-pytorch
+    # digest: recorded by `imgbuild lock base=ngc-{month}`, which also measures what the image holds
+
+layers:
+  ngc-{month}-site:
+    kind: ngc-pytorch           # adopts the base; NGC's torch, CUDA and NCCL stay as shipped
+    params: {{{{apt: [libaio-dev, ninja-build]}}}}
+  deepspeed-{deepspeed}:
+    kind: deepspeed             # its CUDA ops compiled for the stack's GPUs (TORCH_CUDA_ARCH_LIST)
+    params: {{{{version: "{deepspeed}", ops: [cpu_adam, fused_adam]}}}}
+
+stacks:
+  {stack}:
+    description: DeepSpeed {deepspeed} on NGC PyTorch {month} for {gpu_list}.
+    base: ngc-{month}
+    layers: [ngc-{month}-site, deepspeed-{deepspeed}]
+    gpus: [{gpu_list}]
+    tags: ["{{{{stack}}}}", "{{{{stack}}}}-{{{{date}}}}", "{{{{stack}}}}-torch{{{{torch}}}}-cuda{{{{cuda}}}}-ds{{{{deepspeed}}}}"]
+"""
+
+
 def init_text(registry: str = spec_mod.DEFAULT_REGISTRY, namespace: str = spec_mod.DEFAULT_NAMESPACE,
-              stack: str = "first-stack") -> str:
-    return INIT.format(registry=registry, namespace=namespace, stack=stack)
+              stack: str = "first-stack", ngc: dict | None = None) -> str:
+    """The file `imgbuild init` writes: the CPU stack on the mirrored Debian, or (ngc: {month, torch, cuda,
+    python, deepspeed, gpus}) a GPU stack on an NGC PyTorch month."""
+    if ngc is None:
+        return INIT.format(registry=registry, namespace=namespace, stack=stack)
+    return INIT_GPU.format(registry=registry, namespace=namespace, stack=stack, gpu_list=", ".join(ngc["gpus"]),
+                           **{k: v for k, v in ngc.items() if k != "gpus"}).format()
 
 
 __all__ = ["KEY_DOCS", "undocumented", "kind_data", "kinds_text", "markdown", "init_text"]

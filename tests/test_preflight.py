@@ -628,7 +628,7 @@ def test_an_nccl_wheel_other_than_the_one_torch_pins(tmp_path):
     f = next(f for f in preflight(spec, [spec.stacks["s"]]) if f.rule == "IB075")
     assert f.severity == "warning" and f.key == "projects.p.params.packages[0]", f.render()
     assert f.message == "torch 2.7.1+cu126 wheels pin NCCL 2.26.2; nvidia-nccl-cu12==2.21.5 replaces it"
-    assert "pip logs read for each torch release" in f.source
+    assert "torch wheels' metadata on PyPI" in f.source
 
 
 # -- measured facts win, and say so ------------------------------------------------------------------

@@ -75,6 +75,21 @@ class NgcRelease:
 
 
 @dataclass(frozen=True)
+class SiteBase:
+    """A base image a site catalog describes (`bases: {IMAGE: {python: ..., source: ...}}`)."""
+
+    image: str
+    facts: tuple
+    source: str
+    unverified: frozenset = frozenset()
+    release = None   # no NGC month
+
+    def fact(self, name: str) -> Known | None:
+        value = dict(self.facts).get(name)
+        return None if value is None else Known(value, self.source, name not in self.unverified)
+
+
+@dataclass(frozen=True)
 class CudaImage:
     """What the tag of one of NVIDIA's CUDA images says: its toolkit release."""
 
@@ -129,10 +144,54 @@ def spec_set(text: str | None) -> SpecifierSet | None:
     return None if text is None else SpecifierSet(text, prereleases=True)
 
 
+# Every reader of the catalog whose answer is cached (here and in builder.core.cpubaseline): cleared when the
+# site catalog in use changes.
+_CACHED: list = []
+
+
+def cached(fn):
+    """functools.cache, cleared with the rest of the catalog's answers when another site catalog is used."""
+    wrapped = cache(fn)
+    _CACHED.append(wrapped)
+    return wrapped
+
+
+# The site catalog in use: site.catalog of the stacks file read last (None: the shipped catalog alone).
+_SITE: dict = {"ident": None, "file": None, "data": None}
+
+
+def use(site_file: Path | None) -> None:
+    """Judge by the shipped catalog and the site's file (builder.core.sitecatalog), or by the shipped one alone
+    (None). builder.load.spec.load_spec calls it for every stacks file it reads; the site file is read and
+    validated here (again where it changed), and a malformed one refused (SpecError) with file, line and key."""
+    site = None if site_file is None else Path(site_file).resolve()
+    ident = None if site is None else (site, site.stat().st_mtime_ns, site.stat().st_size)
+    if ident == _SITE["ident"]:
+        return
+    from builder.core import sitecatalog
+    data = sitecatalog.read(site, _shipped()) if site is not None else None
+    _SITE.update(ident=ident, file=site, data=data)
+    for fn in _CACHED:
+        fn.cache_clear()
+
+
+def site_file() -> Path | None:
+    """The site catalog in use, or None."""
+    return _SITE["file"]
+
+
 @cache
-def _data() -> dict:
+def _shipped() -> dict:
     # Through yamlsrc: a release or GPU written twice in this hand-kept file is refused, not overwritten.
     return load_file(CATALOG_FILE).data
+
+
+@cached
+def _data() -> dict:
+    if _SITE["data"] is None:
+        return _shipped()
+    from builder.core import sitecatalog
+    return sitecatalog.merged(_shipped(), _SITE["data"])
 
 
 def section(name: str) -> dict:
@@ -141,7 +200,7 @@ def section(name: str) -> dict:
     return _data().get(name) or {}
 
 
-@cache
+@cached
 def gpus() -> dict[str, Gpu]:
     return {name: Gpu(name=name, cc=rec["cc"], min_cuda=Version(rec["min_cuda"]),
                       max_cuda_major=rec.get("max_cuda_major"), source=rec["source"],
@@ -156,7 +215,7 @@ def gpu_host(name: str) -> Known:
     return Known("aarch64" if name in rec["aarch64"] else "x86_64", rec["source"], bool(rec["verified"]))
 
 
-@cache
+@cached
 def gpu_generations() -> dict[str, tuple]:
     """{generation: compute capabilities}: volta, turing, ampere, ada, hopper, blackwell."""
     return {name: tuple(ccs) for name, ccs in _data()["gpu_generations"].items() if name != "source"}
@@ -173,7 +232,7 @@ def ngc_arm64(release: str) -> Known | None:
     return Known(True, rec["source"], bool(rec["verified"])) if rec else None
 
 
-@cache
+@cached
 def ngc_releases(framework: str = "pytorch") -> dict[str, NgcRelease]:
     out = {}
     for release, rec in _data()[f"ngc_{framework}"]["releases"].items():
@@ -192,9 +251,15 @@ def ngc_release(image: str) -> NgcRelease | None:
     return ngc_releases(m.group(1)).get(m.group(2)) if m else None
 
 
-def base_record(family: str, image: str) -> NgcRelease | CudaImage | None:
-    """What the catalog knows of a base image of a family: an NGC month's record (of that family's
-    framework), or a CUDA image's toolkit from its tag; None where it knows nothing."""
+def base_record(family: str, image: str) -> NgcRelease | CudaImage | SiteBase | None:
+    """What the catalog knows of a base image of a family: a site catalog's record of that image (`bases:`,
+    an image built in house), an NGC month's record (of that family's framework), or a CUDA image's toolkit
+    from its tag; None where it knows nothing."""
+    rec = (_data().get("bases") or {}).get(image)
+    if rec is not None:
+        return SiteBase(image=image, facts=tuple(sorted((k, str(v)) for k, v in rec.items()
+                                                        if k not in ("source", "verified", "unverified"))),
+                        source=rec["source"], unverified=frozenset(rec.get("unverified", ())))
     if family in NGC_FRAMEWORK:
         rel = ngc_release(image)
         return rel if rel is not None and rel.framework == NGC_FRAMEWORK[family] else None
@@ -260,7 +325,7 @@ def ds_requires(version: Version) -> list[tuple[str, SpecifierSet, Known]]:
             for r in _data()["deepspeed"]["requires"] if version in spec_set(r["versions"])]
 
 
-@cache
+@cached
 def ds_incompatibilities() -> tuple[Incompat, ...]:
     return tuple(Incompat(rule=r["rule"], deepspeed=spec_set(r["deepspeed"]),
                           when=tuple((k, str(v)) for k, v in r["when"].items()), symptom=r["symptom"],
@@ -309,13 +374,14 @@ def ds_accelerator() -> dict:
     return dict(_data()["deepspeed"]["accelerator"])
 
 
-@cache
+@cached
 def megatron_releases() -> tuple[MegatronRelease, ...]:
     rec = _data()["megatron_core"]
     return tuple(MegatronRelease(version=Version(r["version"]), commit=r["commit"], python=spec_set(r.get("python")),
                                  torch=spec_set(r.get("torch")), numpy=spec_set(r.get("numpy")),
                                  te_dev=spec_set(r.get("te_dev")),
-                                 source=f"{rec['source']} (core_v{r['version']})", verified=bool(rec["verified"]),
+                                 source=r.get("source") or f"{rec['source']} (core_v{r['version']})",
+                                 verified=bool(r.get("verified", rec["verified"])),
                                  tag_object=r.get("tag_object"))
                  for r in rec["releases"])
 
@@ -379,7 +445,7 @@ class JaxPlugin:
     verified: bool
 
 
-@cache
+@cached
 def jax_plugins() -> tuple[JaxPlugin, ...]:
     rec = _data()["jax"]["plugins"]
     return tuple(JaxPlugin(versions=spec_set(r["versions"]), cuda=int(r["cuda"]), cudnn=Version(r["cudnn"]),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from functools import cache
 
 from builder.core import catalog
 
@@ -38,7 +37,7 @@ class Baseline:
         return self.level.name
 
 
-@cache
+@catalog.cached
 def levels() -> dict[str, Level]:
     """Every level of the catalog, each with the features of the levels before it on its platform."""
     data = catalog.section("cpu_levels")["levels"]
@@ -60,7 +59,7 @@ def source() -> str:
     return catalog.section("cpu_levels")["source"]
 
 
-@cache
+@catalog.cached
 def _rules() -> dict:
     return catalog.section("cpu_levels")
 
@@ -116,7 +115,7 @@ class System:
     gpus_per_node: int | None = None
 
 
-@cache
+@catalog.cached
 def systems() -> tuple[System, ...]:
     rec = catalog.section("gpu_host_cpus")["systems"]
     return tuple(System(name=name, gpus=tuple(r["gpus"]), cpu=r["cpu"], level=r["level"], source=r["source"],

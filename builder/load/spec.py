@@ -45,7 +45,7 @@ DRIVER = re.compile(r"^[0-9]{3}(?:\.[0-9]{1,3}){0,2}\Z")  # an NVIDIA Linux driv
 DEFAULT_TAGS = ("{stack}", "{stack}-{date}")
 SECTIONS = {"layers": ("base", "layer"), "projects": ("project",), "runtimes": ("runtime",)}
 TOP_KEYS = {"version", "site", "bases", "layers", "projects", "runtimes", "stacks"}
-SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "epoch", "retention", "k8s", "ci", "trust",
+SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "epoch", "retention", "k8s", "ci", "trust", "catalog",
              "cpu_baseline", "node_check"}
 BASE_KEYS = {"image", "digest", "family", "provides", "source", "description"}
 LAYER_KEYS = {"kind", "params", "description"}
@@ -77,6 +77,8 @@ class Site:
     # not said: each stack's is then derived from its GPUs.
     cpu_baseline: tuple = ()
     node_check: nodeconf.NodeCheckSettings = nodeconf.NodeCheckSettings()   # the GPU nodes node-check exercises
+    # The site's own catalog file (builder.core.sitecatalog), as written (relative to the stacks file); None: none.
+    catalog: str | None = None
 
 
 @dataclass(frozen=True)
@@ -381,6 +383,8 @@ class _Loader:
         if not read:
             self.incomplete.add("site")
             site = Site()
+            if not isinstance(data.get("site"), dict) or "catalog" not in data["site"]:
+                catalog.use(None)
         bases = self.bases(data, site, lock)
         with files_root(file.resolve().parent):   # `file` parameters (patches, configs) live beside stacks.yaml
             layers = self.layers(data)
@@ -451,6 +455,7 @@ class _Loader:
 
     def site(self, data: dict) -> Site:
         raw = self.mapping(("site",), data.get("site", {}), SITE_KEYS)
+        site_catalog = self.site_catalog(raw.get("catalog"))   # first: what follows is judged with it
         registry = self.string(("site", "registry"), raw.get("registry", DEFAULT_REGISTRY))
         if not REGISTRY.match(registry):
             raise self.err(("site", "registry"), f"{redact(registry)!r} is not a registry host[:port]",
@@ -466,7 +471,28 @@ class _Loader:
                     retention=retention.parse(self, raw.get("retention")), k8s=k8sconf.parse(self, raw.get("k8s")),
                     ci=ciconf.parse(self, raw.get("ci")), trust=trustconf.parse(self, raw.get("trust"), namespace),
                     cpu_baseline=tuple(self.cpu_levels(("site", "cpu_baseline"), raw.get("cpu_baseline"))),
-                    node_check=nodeconf.parse(self, raw.get("node_check")))
+                    node_check=nodeconf.parse(self, raw.get("node_check")), catalog=site_catalog)
+
+    def site_catalog(self, value: Any) -> str | None:
+        """site.catalog: a file of the catalog's schema beside the stacks file (or by absolute path) whose records
+        add to or override the shipped catalog's; read and validated here, and used for all that follows."""
+        if value is None:
+            catalog.use(None)
+            return None
+        where = ("site", "catalog")
+        given = self.string(where, value)
+        path = Path(self.doc.file).resolve().parent / given
+        if not path.is_file():
+            catalog.use(None)
+            raise self.err(where, f"{given!r} is not a file (a site catalog is a path relative to the stacks file)",
+                           hint="e.g. catalog: site-catalog.yaml (docs/site-catalog.md)")
+        try:
+            catalog.use(path)
+        except SpecError as exc:
+            catalog.use(None)
+            self.refused.extend(exc.errors if isinstance(exc, SpecErrors) else [exc])
+            raise Skipped from None
+        return given
 
     def cpu_levels(self, path: tuple, value: Any) -> list:
         """`cpu_baseline: x86-64-v3`, or one level per platform: [x86-64-v3, neoverse-v2]."""
@@ -484,7 +510,7 @@ class _Loader:
                 near = difflib.get_close_matches(str(item).lower(), list(known), n=1, cutoff=0.6) if isinstance(item, (str, int, float)) else []
                 raise self.err(where, f"{redact(str(item))[:40]!r} is not a CPU level imgbuild knows"
                                + (f" (did you mean {near[0]!r}?)" if near else ""),
-                               hint="levels: " + ", ".join(known) + " (builder/core/data/catalog.yaml, cpu_levels)")
+                               hint="levels: " + ", ".join(known) + " (the catalog's cpu_levels; a site adds one in its site.catalog)")
             platform = known[item].platform
             if platform in seen:
                 raise self.err(where, f"two levels for {platform}: {seen[platform]!r} and {item!r}",

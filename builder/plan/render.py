@@ -20,7 +20,6 @@ import jinja2
 from builder.errors import RenderError
 from builder.core import platforms as plat
 from builder.load.kindpath import SKELETON, Templates
-from builder.core import platforms as plat
 from builder.load.params import CONTROL, EnvPath, FileRef, GitPin, WheelPin
 from builder.load.spec import LayerDef, Spec, Stack, arch_list
 from builder.core import catalog

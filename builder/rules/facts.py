@@ -39,7 +39,7 @@ JAX_EXTRA = re.compile(r"^cuda(\d{2})?(?:[-_](pip|local|cudnn\d+))?\Z")
 JAX_PLUGIN = re.compile(r"^jax-cuda(\d{2})-(plugin|pjrt)\Z")
 JAXLIB_CUDA = re.compile(r"^cuda(\d{2})\.cudnn\d+\Z")
 NGC_TORCH_CUDA = ("NGC builds torch with the container's nvcc, so torch's CUDA is the container's "
-                  "(compat_facts.md 4.2)")
+                  "(NVIDIA's PyTorch container release notes)")
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ def _catalog_facts(base: Base, names: tuple) -> dict[str, Fact]:
         known = rel.fact(name)
         if known is not None:
             out[name] = Fact(as_version(known.value), "catalog", known.source, known.verified, key)
-    apex = catalog.ngc_apex(rel.release) if base.family == "ngc-pytorch" else None
+    apex = catalog.ngc_apex(rel.release) if base.family == "ngc-pytorch" and rel.release else None
     if apex is not None:
         out["apex"] = Fact(apex.value, "catalog", apex.source, apex.verified, key)
     return out

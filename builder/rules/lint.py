@@ -1,6 +1,6 @@
-"""Lint: the fragile patterns of hand-written training-image Dockerfiles (../shared/reference/
-fragile_patterns.md), found in the spec, in imgbuild's own rendered Dockerfiles, and in any Dockerfile
-a site points `imgbuild lint` at. Each finding has a rule id (IB1xx), a line, a severity and a fix.
+"""Lint: the fragile patterns of hand-written training-image Dockerfiles (seen in public ones), found in
+the spec, in imgbuild's own rendered Dockerfiles, and in any Dockerfile a site points
+`imgbuild lint` at. Each finding has a rule id (IB1xx), a line, a severity and a fix.
 
 Reading is elsewhere: builder.core.dockerfile (instructions, and per RUN its shell text, variables and
 SHELL) and builder.core.shell (words, segments, pip/conda/git commands). This module holds the rules.
@@ -49,8 +49,9 @@ HARMLESS_SUB = {("apt-get", "clean"), ("apt-get", "autoclean"), ("apt-get", "aut
                 ("conda", "clean"), ("mamba", "clean"), ("npm", "cache")}
 INSTALLS = re.compile(r"^(?:\S*pip3?|\S*python3?(?:\.\d+)? -m pip|uv pip|conda|mamba|apt-get|apt|make|cmake|"
                       r"git|curl|wget)\b.*\b(install|build|clone|checkout|--build)\b")
-# The pattern of ../shared/reference/fragile_patterns.md (or the promise of DESIGN.md) each rule enforces.
-PATTERNS = {rule: f"fragile_patterns.md {text}" for rule, text in {
+# The fragile pattern of public training-image Dockerfiles each rule enforces against (docs/preflight-and-lint.md).
+PATTERNS = {rule: "a fragile pattern of public training-image Dockerfiles: " + re.sub(r"^[0-9 and]+\((.*)\)$", r"\1", text)
+            for rule, text in {
     "IB101": "1 (floating refs)", "IB102": "1 (weak refs: short hashes)", "IB103": "1 (install without a version)",
     "IB104": "3 (arch targets missing)", "IB105": "3 (arch targets mixed)", "IB106": "3 (ARG before FROM)",
     "IB107": "4 (silent failure)", "IB108": "5 (mismatched CUDA flavours)", "IB109": "2 (replacing the base's torch)",

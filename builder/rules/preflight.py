@@ -173,8 +173,8 @@ def newer_than_known(ctx: Ctx) -> Iterator[Finding]:
         if fact.value.release > Version(newest.value).release:
             yield ctx.find("IB002", "unknown", fact.key, f"{name} {fact.value} is newer than any release the "
                            f"catalog knows (up to {newest.value}): it may not exist, and no known fact speaks for it",
-                           known=newest, fix="check the version on the index (imgbuild lock resolves it there); "
-                           "a newer catalog knows more")
+                           known=newest, fix="check the version on the index (imgbuild lock resolves it there); a "
+                           "release the catalog lacks goes in the site's catalog (site.catalog: releases, newest_known)")
 
 
 @rule("IB005", "a tag field not known before the build")
@@ -632,8 +632,7 @@ def _nvcc_match(ctx: Ctx, layer: LayerDef, rule_id: str, what: str, tolerated: K
     if rule_id == "IB042" and tolerated is None and nvcc.value.major != tcuda.value.major:
         # Whatever a release's list holds, it lists minors of one major: another major never passes.
         tolerated = Known("nvcc major.minor equal to torch's, or both in one CUDA major's cuda_minor_mismatch_ok",
-                          "DeepSpeed op_builder/builder.py assert_no_cuda_mismatch (v0.12.0..v0.19.5; "
-                          "compat_facts.md 4.2)", True)
+                          "DeepSpeed op_builder/builder.py assert_no_cuda_mismatch (v0.12.0..v0.19.5)", True)
     elif rule_id == "IB042" and tolerated is None:
         yield ctx.unknown(rule_id, key, f"nvcc {a} differs from torch's CUDA {b}; which pairs {what} tolerates is "
                           "not known")
@@ -670,7 +669,8 @@ def megatron(ctx: Ctx) -> Iterator[Finding]:
     rel = catalog.megatron_release(version=fact.value)
     if rel is None:
         yield ctx.unknown("IB060", key, f"megatron-core {fact.value} is not in the catalog: its Python and torch "
-                          "requirements are not known", fix="add the release to builder/core/data/catalog.yaml")
+                          "requirements are not known", fix="add the release to the site's catalog (site.catalog: "
+                          "docs/site-catalog.md), with its commit and pyproject's requirements")
         return
     known = Known(rel.version, rel.source, rel.verified)
     by_commit = catalog.megatron_release(commit=pinned)

@@ -139,7 +139,8 @@ def unknown_bases(spec: Spec, stacks: list[Stack], lock: Lock | None, found: lis
                      f"base declares nothing it provides: its torch, CUDA and Python are unknown") + folded,
             source=f"the catalog's NGC {catalog.FRAMEWORK_NAME[framework]} months (imgbuild facts lists them)",
             fix=("name a month that exists (imgbuild facts lists the ones the catalog knows)" if impossible else
-                 f"measure it (imgbuild lock base={base.name}), or declare bases.{base.name}.provides")))
+                 f"measure it (imgbuild lock base={base.name}), declare bases.{base.name}.provides, or add the "
+                 f"month to the site's catalog (site.catalog: ngc_{framework}.releases)")))
     return [f for f in found if id(f) not in dropped_all] + out
 
 
