@@ -373,6 +373,10 @@ FAILS = [
          r"103851dcf4c3 is the annotated tag object of core_v0\.15\.0, not a commit", "projects.m.params.source",
          extra={"projects": {"m": {"kind": "megatron", "params": {
              "source": {"repo": MEGATRON, "commit": "103851dcf4c380fe93463e2c128cbfba9bd84e37"}, "version": "0.15.0"}}}}),
+    Fail("megatron-commit-not-the-release", S("ngc2509", ["site"], project="m"), "IB067", "warning",
+         r"dddddddddddd is not core_v0\.16\.0's commit \(3bec9aa97dda\)", "projects.m.params.source",
+         extra={"projects": {"m": {"kind": "megatron", "params": {"source": {"repo": MEGATRON, "commit": "d" * 40},
+                                                                 "version": "0.16.0"}}}}),
     Fail("tag-field-unknown-before-build", S("ngc2509", ["site"], project="m", tags=["{stack}-mcore{megatron}"]),
          "IB005", "warning", r"\{megatron\} is not known before the build", "stacks.s.tags[0]",
          extra={"projects": {"m": {"kind": "megatron", "params": {"source": {"repo": MEGATRON, "commit": "f" * 40}}}}}),
@@ -517,7 +521,7 @@ PASSES = [
     ("IB061 IB062", S("ngc2509", ["site"], project="mc17"), {}, None),
     # The twins of IB005, IB066 and IB081: a known commit fills {megatron}; the commit, not its tag object; a
     # second project at a path of its own that installs nothing the first does.
-    ("IB005 IB066 IB081", S("ngc2509", ["site"], project=["mc16", "px2"], tags=["{stack}-mcore{megatron}"]),
+    ("IB005 IB066 IB067 IB081", S("ngc2509", ["site"], project=["mc16", "px2"], tags=["{stack}-mcore{megatron}"]),
      {"projects": {"px2": {"kind": "project", "params": {"source": {"repo": "https://example.com/p.git", "commit": "a" * 40},
                                                          "path": "/opt/p2"}}}}, None),
     ("IB070 IB075 IB045 IB002", S("deb", ["cput", "ds-cpu"], gpus=[]), {}, None),

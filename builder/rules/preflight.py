@@ -30,7 +30,7 @@ from builder.core.yamlsrc import dotted
 
 @dataclass(frozen=True)
 class Rule:
-    id: str     # the id its findings carry (IB030 reports the catalog's IB031-IB039; IB060 also IB061-IB066)
+    id: str     # the id its findings carry (IB030 reports the catalog's IB031-IB039; IB060 also IB061-IB067)
     name: str
     check: Callable[["Ctx"], Iterable[Finding]]
 
@@ -679,6 +679,17 @@ def megatron(ctx: Ctx) -> Iterator[Finding]:
                        f"{fact.value}: the image's version check would fail after the build",
                        [fact], Known(by_commit.version, by_commit.source, by_commit.verified),
                        fix=f"set params.version to {by_commit.version}, or pin the commit of core_v{fact.value}")
+    elif by_commit is None and fact.origin == "declared" and pinned != rel.commit:
+        # Not the release's commit: an annotated tag's own object the catalog does not list (whose checkout
+        # works but whose source-commit check fails after the build), or a commit after the release that still
+        # declares its version. Which one cannot be told without the repository: a warning (--strict refuses).
+        yield ctx.find("IB067", "warning", ctx.layer_key(layer, "source"),
+                       f"{pinned[:12]} is not core_v{fact.value}'s commit ({rel.commit[:12]}): if it is the tag's own "
+                       "object, the image's source-commit check fails after the build; if it is a later commit, "
+                       f"its declared version {fact.value} is unchecked until then",
+                       [fact], Known(rel.commit, rel.source, rel.verified),
+                       fix=f"pin {rel.commit} (git rev-parse core_v{fact.value}^{{commit}}), or waive IB067 with "
+                           "the reason for another commit")
     for name, rid, spec in (("python", "IB061", rel.python), ("torch", "IB062", rel.torch),
                             ("numpy", "IB063", rel.numpy)):
         if spec is None:
