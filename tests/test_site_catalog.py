@@ -17,6 +17,13 @@ RELEASE = {"version": "0.18.2", "commit": CORE_0_18_2, "python": ">=3.12", "torc
            "source": "NVIDIA/Megatron-LM core_v0.18.2 tag and its pyproject.toml (requires-python >=3.12, torch>=2.6.0)"}
 
 
+@pytest.fixture(autouse=True)
+def _shipped_catalog_after():
+    """The catalog in use is the last stacks file's (process-wide): the next test file starts from the shipped one."""
+    yield
+    catalog.use(None)
+
+
 def _site(tmp_path, site_catalog: dict | str | None, edit=lambda data: None):
     data = shipped_data()
     params = data["projects"]["megatron-core-0.16"]["params"]
