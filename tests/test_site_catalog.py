@@ -133,3 +133,17 @@ def test_init_starts_a_gpu_stack_on_an_ngc_month_the_catalog_knows(tmp_path):
 def test_init_refuses_a_month_or_gpu_it_does_not_know(tmp_path, args, words):
     res = run_cli("init", *args, "-o", tmp_path / "stacks.yaml")
     assert res.code == 2 and words in res.err and not (tmp_path / "stacks.yaml").exists(), res.output
+
+
+def test_a_site_with_another_mistake_still_reads_its_own_catalog(tmp_path):
+    """site.catalog is read before the rest of the section: a misspelt key beside it is reported, and the file is
+    judged with its own catalog, not with that of the stacks file read before it."""
+    first = _site(tmp_path / "first", {"megatron_core": {"releases": [RELEASE]}})
+    load_spec(first)
+    assert catalog.site_file() == (tmp_path / "first" / "site-catalog.yaml").resolve()
+    second = _site(tmp_path / "second", {"megatron_core": {"releases": [dict(RELEASE, python=">=3.13")]}},
+                   lambda data: data["site"].update(regstry="x"))
+    for _ in range(2):
+        res = run_cli("check", "--json", "-f", second)
+        assert res.code == 2 and "unknown key 'regstry'" in res.out, res.output
+        assert catalog.site_file() == (tmp_path / "second" / "site-catalog.yaml").resolve()

@@ -165,7 +165,8 @@ def use(site_file: Path | None) -> None:
     (None). builder.load.spec.load_spec calls it for every stacks file it reads; the site file is read and
     validated here (again where it changed), and a malformed one refused (SpecError) with file, line and key."""
     site = None if site_file is None else Path(site_file).resolve()
-    ident = None if site is None else (site, site.stat().st_mtime_ns, site.stat().st_size)
+    stat = site.stat() if site is not None else None
+    ident = None if site is None else (site, stat.st_mtime_ns, stat.st_size)
     if ident == _SITE["ident"]:
         return
     from builder.core import sitecatalog

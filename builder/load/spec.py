@@ -383,8 +383,6 @@ class _Loader:
         if not read:
             self.incomplete.add("site")
             site = Site()
-            if not isinstance(data.get("site"), dict) or "catalog" not in data["site"]:
-                catalog.use(None)
         bases = self.bases(data, site, lock)
         with files_root(file.resolve().parent):   # `file` parameters (patches, configs) live beside stacks.yaml
             layers = self.layers(data)
@@ -454,8 +452,13 @@ class _Loader:
     # -- sections -------------------------------------------------------------------------------
 
     def site(self, data: dict) -> Site:
+        # The site catalog first, whatever else the section holds: all that follows is judged with it, and a
+        # file whose site is refused must not be judged with the catalog of the file read before it.
+        given = data.get("site")
+        read, site_catalog = self.attempt(self.site_catalog, given.get("catalog") if isinstance(given, dict) else None)
         raw = self.mapping(("site",), data.get("site", {}), SITE_KEYS)
-        site_catalog = self.site_catalog(raw.get("catalog"))   # first: what follows is judged with it
+        if not read:
+            raise Skipped
         registry = self.string(("site", "registry"), raw.get("registry", DEFAULT_REGISTRY))
         if not REGISTRY.match(registry):
             raise self.err(("site", "registry"), f"{redact(registry)!r} is not a registry host[:port]",
@@ -480,12 +483,12 @@ class _Loader:
             catalog.use(None)
             return None
         where = ("site", "catalog")
-        given = self.string(where, value)
+        given = value if isinstance(value, str) else str(value)
         path = Path(self.doc.file).resolve().parent / given
         if not path.is_file():
-            catalog.use(None)
-            raise self.err(where, f"{given!r} is not a file (a site catalog is a path relative to the stacks file)",
-                           hint="e.g. catalog: site-catalog.yaml (docs/site-catalog.md)")
+            catalog.use(None)   # a refused site catalog judges nothing; nor does the one of the file read before
+            raise self.err(where, f"{redact(given)[:80]!r} is not a file (a site catalog is a path relative to the "
+                           "stacks file)", hint="e.g. catalog: site-catalog.yaml (docs/site-catalog.md)")
         try:
             catalog.use(path)
         except SpecError as exc:

@@ -268,10 +268,7 @@ def layer_definition(spec: Spec, stack: Stack, name: str, base_digest: str | Non
     chain = []
     for layer in stack.chain:
         layer = layer.for_platform(platform)
-        memo = (layer.name, stack.base.name, stack.arch_list if stack.compiles_cuda(layer) else None, platform)
-        if memo not in texts:
-            texts[memo] = render_layer(spec, stack, layer, platform)
-        inputs, _ = node_inputs(spec, stack, layer, "", texts[memo], platform)
+        inputs, _ = node_inputs(spec, stack, layer, "", _rendered(spec, stack, layer, platform, texts), platform)
         for moot in ("parent", "epoch"):
             inputs.pop(moot, None)
         chain.append([layer.name, layer.kind.name, inputs])
@@ -280,6 +277,15 @@ def layer_definition(spec: Spec, stack: Stack, name: str, base_digest: str | Non
     else:
         raise KeyError(f"layer {name!r} is not in stack {stack.name!r}")
     return sha256(json.dumps({"base": [stack.base.image, base_digest or ""], "chain": chain}, sort_keys=True))
+
+
+def _rendered(spec: Spec, stack: Stack, layer: LayerDef, platform: str, texts: dict) -> str:
+    """The layer's Dockerfile as rendered before the lock pins it, memoised in texts: a layer's text depends only
+    on its definition, the base, the arch targets and the platform, so stacks sharing it render it once."""
+    memo = (layer.name, stack.base.name, stack.arch_list if stack.compiles_cuda(layer) else None, platform)
+    if memo not in texts:
+        texts[memo] = render_layer(spec, stack, layer, platform)
+    return texts[memo]
 
 
 def python_entry(spec: Spec, lock, stack: Stack, layer: LayerDef, platform: str = plat.DEFAULT,
@@ -351,10 +357,7 @@ def _plan_chain(plan: Plan, spec: Spec, stack: Stack, platform: str, digests: di
     keys = []
     for layer in stack.chain:
         layer = layer.for_platform(platform)
-        memo = (layer.name, stack.base.name, stack.arch_list if stack.compiles_cuda(layer) else None, platform)
-        if memo not in texts:
-            texts[memo] = render_layer(spec, stack, layer, platform)
-        text, locked = texts[memo], ()
+        text, locked = _rendered(spec, stack, layer, platform, texts), ()
         entry = python_entry(spec, lock, stack, layer, platform, texts)
         if entry is not None:
             try:
