@@ -229,6 +229,9 @@ CASES = [
          "stacks.s2", "YAML merge keys (<<) are not supported"),
     Case("bad-registry", "  registry: 127.0.0.1:5000\n", "  registry: http://127.0.0.1:5000  # <==\n",
          "site.registry", "is not a registry host[:port]"),
+    Case("registry-read-as-a-number", "  registry: 127.0.0.1:5000\n", "  registry: 5000  # <==\n",
+         "site.registry", "'5000' was read as a number, not a registry host[:port]",
+         "write the host and port, e.g. registry: 127.0.0.1:5000"),
 ]
 
 

@@ -460,6 +460,11 @@ class _Loader:
         if not read:
             raise Skipped
         registry = self.string(("site", "registry"), raw.get("registry", DEFAULT_REGISTRY))
+        if not isinstance(raw.get("registry", DEFAULT_REGISTRY), str):
+            # YAML reads `registry: 5000` or `registry: 10.5` as a number: never a host anyone meant (a port
+            # alone, a mistyped address), and str() would make it the host "5000".
+            raise self.err(("site", "registry"), f"{registry!r} was read as a number, not a registry host[:port]",
+                           hint="write the host and port, e.g. registry: 127.0.0.1:5000")
         if not REGISTRY.match(registry):
             raise self.err(("site", "registry"), f"{redact(registry)!r} is not a registry host[:port]",
                            hint="credentials come from the netrc secret ($IMGBUILD_NETRC)" if "@" in registry
