@@ -43,6 +43,31 @@ def test_the_shipped_lock_records_the_environments_it_stands_for():
     assert "torch==2.13.0+cpu" in torch and "torch==2.13.0+cpu" in lock.python["ds-0.19.8-cpu"].environment["beneath"]
 
 
+# Every stacks file whose stacks build here, and those stacks (the examples/real recipes and the GPU stacks of the
+# examples stand on NGC or Docker Hub bases, which this machine cannot pull or lock).
+BUILDS_HERE = [("stacks.yaml", ["cpu-smoke"]), ("examples/jax/stacks.yaml", ["jax-cpu"]),
+               ("examples/cuda-pypi/stacks.yaml", ["h100-pypi-deepspeed", "a100-h100-pypi-deepspeed",
+                                                   "h100-pypi-megatron"])]
+
+
+@pytest.mark.parametrize("file, names", BUILDS_HERE, ids=[f for f, _ in BUILDS_HERE])
+def test_every_stack_that_builds_here_ships_its_lock_and_it_is_current(file, names):
+    """What `lock --check stack=...` judges from the files (no registry): no stale entry, and every pip layer of
+    those stacks has an entry for its chain, so `build --require-locked` builds them. Fails as soon as an edit
+    to a layer, a kind or Dockerfile.j2 is committed without the lock made again."""
+    from builder.load.intent import Intents
+    from builder.load.spec import load_spec
+    from builder.plan.stale import stale_entries
+    from builder.prepared import prepare
+    from builder.rules.review import unpinned
+    path = REPO / file
+    assert path.with_name("stacks.lock.yaml").is_file(), f"{file} ships no lock"
+    spec = load_spec(path, intents=Intents(accept=True, lock_file="stacks.lock.yaml", pinned_by_lock=True))
+    assert stale_entries(spec) == []
+    prepared = prepare(spec, [spec.stacks[n] for n in names])
+    assert [f"{f.key}: {f.message}" for f in unpinned(spec, prepared.plan, list(prepared.stacks), "error")] == []
+
+
 @pytest.mark.parametrize("bad, words", [
     ({"os": "debian-12", "dists": "numpy==1"}, "environment is not a mapping with a dists list"),
     ({"os": "debian-12", "dists": ["numpy"]}, "is not NAME==VERSION"),
