@@ -29,12 +29,14 @@ def nodes():
     return {n.name: n for n in make_plan(spec, None, DIGESTS).nodes.values()}
 
 
-def test_the_last_pip_command_only_reports_and_nothing_after_it_runs():
+def test_the_last_pip_command_only_reports_and_nothing_after_it_runs(tmp_path):
     """cuda-toolkit-pip installs, then links nvcc in the same RUN: in the resolver's Dockerfile the pip
     command is the last thing that runs, with --dry-run (nothing installed or compiled), and the reports
-    are the build's only output."""
+    are the build's only output. The example without its lock: `imgbuild lock` resolves the unlocked layer."""
     from builder.load.spec import load_spec as load
-    spec = load(Path(__file__).parent.parent / "examples" / "cuda-pypi" / "stacks.yaml")
+    copy = tmp_path / "stacks.yaml"
+    copy.write_text((Path(__file__).parent.parent / "examples" / "cuda-pypi" / "stacks.yaml").read_text())
+    spec = load(copy)
     node = next(n for n in make_plan(spec, ["h100-pypi-deepspeed"], {"debian-bookworm": DIGESTS["debian-bookworm"]})
                 .nodes.values() if n.name == "cuda-13.0-pypi")
     text, count = resolving(node.dockerfile)

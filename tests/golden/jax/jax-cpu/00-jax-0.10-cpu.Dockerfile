@@ -9,14 +9,15 @@ RUN apt-get update \
 RUN python3 -m venv /opt/venv
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
+RUN --mount=type=bind,source=imgbuild-lock,target=/imgbuild-lock \
+    --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
     --mount=type=secret,id=netrc,target=/root/.netrc \
     --mount=type=cache,id=imgbuild-pip,target=/root/.cache/pip,sharing=locked \
     rm -rf /root/.cache/pip/wheels; \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi; \
     if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
-    python -m pip install --progress-bar off  jax==0.10.2 jaxlib==0.10.2
+    python -m pip install --progress-bar off --no-deps --require-hashes -r /imgbuild-lock/00.txt
 RUN mkdir -p /etc/imgbuild \
  && python -c 'import importlib.metadata as m; print("\n".join(d + "==" + m.version(d) for d in ["jax", "jaxlib"]))' > /etc/imgbuild/constraints.txt \
  && cat /etc/imgbuild/constraints.txt
