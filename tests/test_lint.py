@@ -17,6 +17,7 @@ from builder.plan.keys import make_plan
 from builder.load.spec import load_spec
 
 NGC = "FROM nvcr.io/nvidia/pytorch:25.09-py3@sha256:" + "a" * 64 + "\n"
+CUDA_DEVEL = "FROM nvidia/cuda:12.9.1-devel-ubuntu24.04@sha256:" + "b" * 64 + "\n"
 
 
 def marked(text: str) -> int:
@@ -45,11 +46,16 @@ BAD = [
         "    accelerate==0.30.1\n", "IB103", "error", r"pip installs 'transformers>=4\.40' without an exact version"),
     Bad("pip-no-version", NGC + "RUN pip install wandb  # <==\n", "IB103", "error",
         r"pip installs 'wandb' without an exact version"),
-    Bad("arch-list-missing-deepspeed", NGC + "RUN DS_BUILD_FUSED_ADAM=1 pip install deepspeed==0.19.5  # <==\n",
+    # nvidia/cuda sets no arch list (NGC PyTorch sets its own: tests/test_lint_shell.py)
+    Bad("arch-list-missing-deepspeed", CUDA_DEVEL + "RUN DS_BUILD_FUSED_ADAM=1 pip install deepspeed==0.19.5  # <==\n",
         "IB104", "error", r"DeepSpeed ops \(fused_adam\) compiled without TORCH_CUDA_ARCH_LIST"),
-    Bad("arch-list-before-from", 'ARG TORCH_CUDA_ARCH_LIST="9.0"\n' + NGC
+    Bad("arch-list-before-from", 'ARG TORCH_CUDA_ARCH_LIST="9.0"\n' + CUDA_DEVEL
         + "RUN APEX_CUDA_EXT=1 pip install -v --no-build-isolation ./apex  # <==\n",
         "IB104", "error", r"Apex CUDA extensions compiled without TORCH_CUDA_ARCH_LIST"),
+    Bad("arch-list-before-from-over-ngc", 'ARG TORCH_CUDA_ARCH_LIST="9.0"\n' + NGC
+        + "RUN APEX_CUDA_EXT=1 pip install -v --no-build-isolation ./apex  # <==\n",
+        "IB106", "error", r"TORCH_CUDA_ARCH_LIST is declared before FROM and not again in this stage: Apex CUDA "
+        r"extensions compile for the list the base image sets, not for 9.0"),
     Bad("arch-lists-disagree", NGC + 'ENV TORCH_CUDA_ARCH_LIST="9.0"\nENV NVTE_CUDA_ARCHS="90;100"  # <==\n',
         "IB105", "error", r"arch lists disagree in one stage \(NVTE_CUDA_ARCHS=100,90; TORCH_CUDA_ARCH_LIST=90\)"),
     Bad("gencode-disagrees", NGC + 'ARG TORCH_CUDA_ARCH_LIST="8.0"\n'
@@ -272,13 +278,17 @@ def test_shell_words_are_read_like_shlex_and_in_linear_time():
     assert time.perf_counter() - start < 5     # a sanity bound; benchmarks/hostile_inputs.py has the numbers
 
 
-def test_shell_segments_are_slices_in_linear_time():
-    """segments() splits on ; && || | and newlines outside quotes; it grew each segment a character at a
-    time (a copy per quote: 50,000 quoted apt names took 2.9 s, 180,000 over 30 s)."""
+def test_a_run_is_read_as_bash_runs_it_in_linear_time():
+    """shellread gives each command with the operator after it (quotes respected); 200,000 quoted apt names in
+    one RUN are one command (the splitter before it took 2.9 s for 50,000 when it copied a segment per quote)."""
     import time
-    from builder.core.shell import segments
-    assert segments("a && b 'c;d' | e\nf") == [("a", "&&", 0), ("b 'c;d'", "|", 5), ("e", "\n", 15), ("f", "", 17)]
-    assert segments('x="a || b"; y') == [('x="a || b"', ";", 0), ("y", "", 12)]
+    from builder.core.shellread import read
+    cmds, _ = read("a && b 'c;d' | e\nf")
+    assert [(c.text, c.sep, c.offset) for c in cmds] == [("a", "&&", 0), ("b 'c;d'", "|", 5), ("e", "\n", 15),
+                                                          ("f", "", 17)]
+    cmds, _ = read('x="a || b"; y')
+    assert [(c.text, c.sep, c.offset) for c in cmds] == [('x="a || b"', ";", 0), ("y", "", 12)]
     start = time.perf_counter()
-    segments("apt-get install -y -- " + " ".join(f"'pkg{i:06d}'" for i in range(200000)))
+    cmds, _ = read("apt-get install -y -- " + " ".join(f"'pkg{i:06d}'" for i in range(200000)))
+    assert len(cmds) == 1
     assert time.perf_counter() - start < 5     # a sanity bound; benchmarks/hostile_inputs.py has the numbers

@@ -429,15 +429,23 @@ def test_pythonpath_installs_extend_pythonpath(write, kind, extra):
     assert 'ENV PYTHONPATH="/mount/p${PYTHONPATH:+:${PYTHONPATH}}"' in dockerfile(path, "p")
 
 
-def test_torch_swap_above_compiled_code_is_a_warning_and_a_release_torch_makes_vllm_unknown(write):
-    """examples/real findings F5 and F7: flash-attn compiled, then a layer swaps torch (IB071 warning);
-    vllm pinned above a swap to a release torch is unknown, not a certain replacement (IB070)."""
-    path = stack_with(write, fa={"kind": "flash-attn", "params": {"version": "2.8.3"}},
-                      swap={"kind": "pip", "params": {"packages": ["torch==2.8.0"],
-                                                      "replace_torch": "vLLM 0.10.2 needs torch 2.8.0"}},
-                      vllm={"kind": "pip", "params": {"packages": ["vllm==0.10.2"]}})
-    res = run_cli("check", "-f", path)
+def test_torch_swap_above_compiled_code_is_a_warning_and_a_release_torch_is_judged_by_vllms_pin(write):
+    """examples/real findings F5 and F7: flash-attn compiled, then a layer swaps torch (IB071 warning); vllm
+    pinned above a swap to a release torch is judged by the torch that vllm release requires (its published
+    metadata, catalog torch_pins, issue 37): 0.10.2 requires torch==2.8.0, so over 2.8.0 it keeps it and over
+    2.7.1 it replaces it; a vllm release the catalog has not read stays unknown."""
+    def swapped(torch: str, vllm: str):
+        return stack_with(write, fa={"kind": "flash-attn", "params": {"version": "2.8.3"}},
+                          swap={"kind": "pip", "params": {"packages": [f"torch=={torch}"],
+                                                          "replace_torch": f"vLLM needs torch {torch}"}},
+                          vllm={"kind": "pip", "params": {"packages": [f"vllm=={vllm}"]}})
+    res = run_cli("check", "-f", swapped("2.8.0", "0.10.2"))
     assert "warning IB071" in res.out and "'fa' beneath it" in res.out, res.out
+    assert "IB070" not in res.out, res.out
+    res = run_cli("check", "-f", swapped("2.7.1", "0.10.2"))
+    assert "error IB070" in res.out and "requires torch==2.8.0" in res.out, res.out
+    path = swapped("2.8.0", "0.10.1")
+    res = run_cli("check", "-f", path)
     assert "unknown IB070" in res.out and "error IB070" not in res.out, res.out
     assert run_cli("check", "--strict", "-f", path).code != 0
     plain = stack_with(write, vllm={"kind": "pip", "params": {"packages": ["vllm==0.10.2"]}})

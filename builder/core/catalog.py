@@ -416,6 +416,37 @@ def torch_replacers() -> Known:
     return Known(tuple(rec["always"]), rec["source"], bool(rec["verified"]))
 
 
+def torch_pins() -> dict[str, tuple[dict[str, str], str]]:
+    """Packages whose releases require one torch exactly (Requires-Dist: torch==X in their published
+    metadata): name -> ({release: torch version}, source). Installed over a base's torch, pip replaces it."""
+    rec = _data().get("torch_pins") or {}
+    return {name: ({str(k): str(v) for k, v in entry["releases"].items()}, entry["source"])
+            for name, entry in (rec.get("packages") or {}).items()}
+
+
+def base_env(image: str) -> dict[str, str | None]:
+    """The environment a base image sets itself, where the catalog knows the image (nvidia/cuda by its tag,
+    NGC PyTorch and JAX by month): NAME -> value, or None where the image sets it to a value not recorded.
+    A template value names what the image reference says ({cuda}: the CUDA of the tag) or the NGC month's
+    record ({ngc.cuda}, {ngc.python})."""
+    image = image.split("@", 1)[0]
+    out: dict[str, str | None] = {}
+    for entry in _data().get("base_env") or ():
+        m = re.search(entry["images"], image)
+        if not m:
+            continue
+        values = {k: v for k, v in m.groupdict().items() if v}
+        ngc = ngc_release(image)
+        if ngc is not None:
+            values.update({f"ngc.{k}": v for k, v in ngc.facts})
+        for name, template in (entry.get("env") or {}).items():
+            text = None if template is None else str(template)
+            names = re.findall(r"\{([a-z_.]+)\}", text or "")
+            out[name] = None if text is None or any(n not in values for n in names) else \
+                re.sub(r"\{([a-z_.]+)\}", lambda t: values[t.group(1)], text)
+    return out
+
+
 def torch_nccl_source() -> str:
     return _data()["torch_nccl"]["source"]
 

@@ -1,25 +1,41 @@
-"""A Dockerfile read once for the lint: instructions with their continuation lines joined (comment lines
-inside a continuation dropped, as Docker does), heredocs kept, and for every instruction the physical line
-of each part, so that a finding points at the line that holds the pattern; then, per RUN, its shell text,
-segments, the ARG/ENV values in scope, whether it pins a commit and whether its shell stops on errors.
+"""A Dockerfile read as BuildKit reads it, once, for the lint: the parser directives at the top (`# syntax`,
+`# escape`), instructions with their continuation lines joined (comment and empty lines inside a
+continuation dropped, as BuildKit drops them), heredocs of RUN, COPY and ADD (several per instruction,
+`<<-` and quoted delimiters), and for every instruction the physical line of each part, so that a finding
+points at the line that holds the pattern. Then per RUN: the commands its shell runs (builder.core.shellread),
+the ARG and ENV values in scope (global ARGs before FROM, a stage built FROM another stage inheriting its
+ARGs and ENV, what a known base image sets), whether it pins a commit and whether its shell stops on errors.
 
-The reader is small on purpose. It knows no rule: builder.rules.lint judges what it reads.
+tests/test_dockerfile_reader.py holds this reader to BuildKit's own parser (the Go code, through the
+`dockerfile` bindings; those have no aarch64 wheel, which is why the lint does not depend on them).
+It knows no rule: builder.rules.lint judges what it reads.
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator
 
-from builder.core.shell import GIT_FETCH_PIN, GIT_PIN, assignments, blank_comments, expand, segments
+from builder.core import shellread
+from builder.core.shell import GIT_FETCH_PIN, GIT_PIN, assignments, blank_comments, expand, words
 
 # The build arguments BuildKit predefines: usable in any stage without an ARG.
 PREDEFINED_ARGS = {"HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY", "TARGETPLATFORM",
                    "TARGETOS", "TARGETARCH", "TARGETVARIANT", "BUILDPLATFORM", "BUILDOS", "BUILDARCH", "BUILDVARIANT"}
+DIRECTIVE = re.compile(r"^#\s*([a-zA-Z][a-zA-Z0-9]*)\s*=\s*(.+?)\s*$")
+HEREDOC = re.compile(r"<<(-?)\s*([\"']?)([A-Za-z0-9_.-]+)\2")
+HEREDOC_KEYWORDS = ("RUN", "COPY", "ADD")
+
+
+@dataclass(frozen=True)
+class Heredoc:
+    name: str
+    start: int            # offset of its first content line in the instruction's args
+    content: str          # as BuildKit hands it over (<<- strips leading tabs)
 
 
 @dataclass(frozen=True)
@@ -29,48 +45,110 @@ class Instruction:
     line: int
     stage: int            # index of its FROM stage; -1 before the first FROM
     starts: tuple = ()    # (offset in args, physical line) of every joined part
+    end: int = 0          # its last physical line (a heredoc's terminator included)
+    heredocs: tuple = ()
 
     def line_at(self, offset: int) -> int:
         i = bisect.bisect_right([s for s, _ in self.starts], offset) - 1
         return self.starts[max(i, 0)][1] if self.starts else self.line
 
 
+def directives(lines: list[str]) -> dict[str, str]:
+    """The parser directives: `# name=value` lines at the very top; the first other line ends them."""
+    out: dict[str, str] = {}
+    for line in lines:
+        m = DIRECTIVE.match(line.strip())
+        if not m or m.group(1).lower() in out:
+            break
+        out[m.group(1).lower()] = m.group(2)
+    return out
+
+
 def parse(text: str) -> list[Instruction]:
-    lines = text.split("\n")
-    escape = "`" if re.match(r"#\s*escape\s*=\s*`", lines[0] if lines else "") else "\\"
+    lines = text.replace("\r\n", "\n").split("\n")
+    found = directives(lines)
+    escape = "`" if found.get("escape") == "`" else "\\"
+    cont = re.compile(re.escape(escape) + r"[ \t]*$")
     out: list[Instruction] = []
     stage, i = -1, 0
+    real = len(lines) - (lines[-1] == "")        # the text's lines (a final newline ends one, opens none)
     while i < len(lines):
         raw = lines[i].strip()
         if not raw or raw.startswith("#"):
             i += 1
             continue
         first, body, starts = i + 1, "", []
-        while True:
-            line = lines[i].strip() if i < len(lines) else ""
-            if body and line.startswith("#"):
-                i += 1
+        while i < len(lines):
+            line = lines[i].strip()
+            if body and (not line or line.startswith("#")):
+                i += 1                                  # dropped inside a continuation, as BuildKit does
                 continue
-            cont = line.endswith(escape)
+            more = cont.search(line)
             starts.append((len(body), i + 1))
-            body += (line[:-1] if cont else line) + (" " if cont else "")
+            body += (line[:more.start()] if more else line) + (" " if more else "")
             i += 1
-            if not cont or i >= len(lines):
+            if not more:
                 break
-        for tag in re.findall(r"<<-?[\"']?([A-Za-z_][A-Za-z0-9_]*)[\"']?", body):
-            while i < len(lines) and lines[i].strip() != tag:  # a heredoc: its lines belong to this instruction
-                starts.append((len(body) + 1, i + 1))
-                body += "\n" + lines[i]
-                i += 1
-            i += 1
         keyword, _, args = body.strip().partition(" ")
         keyword = keyword.upper()
+        heredocs = []
+        if keyword in HEREDOC_KEYWORDS:
+            for m in HEREDOC.finditer(_unquoted(body)):
+                strip_tabs, name = m.group(1) == "-", m.group(3)
+                content, start = [], len(body) + 1
+                while i < len(lines) and (lines[i].lstrip("\t") if strip_tabs else lines[i]) != name:
+                    starts.append((len(body) + 1, i + 1))
+                    body += "\n" + lines[i]
+                    content.append(lines[i].lstrip("\t") if strip_tabs else lines[i])
+                    i += 1
+                if i < len(lines):                      # the terminator: kept, so the shell reads a whole heredoc
+                    starts.append((len(body) + 1, i + 1))
+                    body += "\n" + lines[i]
+                    i += 1
+                heredocs.append((name, start, "".join(c + "\n" for c in content)))
+        if heredocs:
+            args = body.strip().partition(" ")[2]
         if keyword == "FROM":
             stage += 1
         shift = len(body) - len(body.lstrip()) + len(keyword) + 1
+        shift += len(args) - len(args.lstrip())
         out.append(Instruction(keyword, args.strip(), first, stage,
-                               tuple((max(s - shift, 0), n) for s, n in starts)))
+                               tuple((max(s - shift, 0), n) for s, n in starts), end=min(i, real),
+                               heredocs=tuple(Heredoc(n, s - shift, c) for n, s, c in heredocs)))
     return out
+
+
+def _unquoted(text: str) -> str:
+    """The first line of an instruction with quoted text blanked: `echo "<<EOF"` starts no heredoc."""
+    first = text.split("\n", 1)[0]
+    return re.sub(r"(?<!<<)(?<!<<-)(?:'[^']*'|\"(?:[^\"\\]|\\.)*\")", lambda m: " " * len(m.group(0)), first)
+
+
+def run_shell(ins: Instruction) -> tuple[str, int, str]:
+    """(shell text, its offset in args, how it runs) of a RUN: the shell form as written; the exec form's
+    `sh -c` script; a heredoc the RUN hands to a shell (no command, or bash -ex). how: the interpreter line
+    ('' for the default shell)."""
+    body = re.sub(r"^(--\S+\s+)+", lambda m: " " * len(m.group(0)), ins.args)
+    if body.lstrip().startswith("["):
+        try:
+            argv = json.loads(body.split("\n", 1)[0])
+        except ValueError:
+            argv = None
+        if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+            if len(argv) >= 3 and shellread.SHELLS.match(argv[0].rsplit("/", 1)[-1]) and argv[1].startswith("-") \
+                    and "c" in argv[1]:
+                script = argv[2]
+                at = body.find(json.dumps(script)[1:-1][:20])
+                return script, max(at, 0), " ".join(argv[:2])
+            return " ".join(argv), 0, "exec"
+    if ins.heredocs:
+        first = body.split("\n", 1)[0]
+        command = HEREDOC.sub(" ", first).strip()
+        doc = ins.heredocs[0]
+        if not command or shellread._runs_shell(words(command)):
+            return body[doc.start:doc.start + len(doc.content)], doc.start, command
+        return first, 0, command
+    return body, 0, ""
 
 
 @dataclass
@@ -90,37 +168,56 @@ class Dockerfile:
         return out
 
     @cached_property
-    def segments(self) -> list[tuple[Instruction, str, str, int]]:
-        """(RUN, one shell segment, the separator after it, its offset), split once for every rule."""
+    def commands(self) -> list[tuple[Instruction, shellread.Command]]:
+        """(RUN, one command of its shell), in order, read once for every rule; a command's offset is in the
+        RUN's args. The shell starts from the variables in scope (an ARG without a default: unknown)."""
         out = []
         for ins in self.instructions:
-            if ins.keyword == "RUN":
-                out += [(ins, text, sep, offset) for text, sep, offset in segments(self.code[id(ins)])]
+            if ins.keyword != "RUN":
+                continue
+            text, at, how = run_shell(ins)
+            if how == "exec" or (ins.heredocs and text is not None and how and not shellread._runs_shell(words(how))):
+                out.append((ins, shellread.Command(text=text, offset=at)))
+                continue
+            values = {k: v[0] for k, v in self.scope(ins).items()}
+            found, deep = shellread.read(text, values)
+            if deep:
+                self.too_deep.append(ins)
+            out += [(ins, replace(c, offset=c.offset + at)) for c in found]
         return out
 
-    def runs(self) -> Iterator[tuple[Instruction, str, str, int]]:
-        return iter(self.segments)
+    @cached_property
+    def too_deep(self) -> list[Instruction]:
+        """RUNs whose shell nests deeper than shellread.MAX_DEPTH: read only to that depth."""
+        return []
 
     @cached_property
     def scopes(self) -> dict[int, dict]:
         """For each instruction (by id), the ARG/ENV values visible to it: (value or None, instruction,
-        offset). Global ARGs are visible in a stage only when re-declared there, with their default; ENV
-        carries over to a stage built FROM an earlier stage. One pass, values expanded as they are set."""
+        offset). Global ARGs are visible in a stage only when re-declared there, with their default; a stage
+        built FROM an earlier stage inherits its ARGs and ENV (BuildKit; docs.docker.com/build/building/
+        variables: "Arguments and variables are inherited from parent stages"); a stage FROM an image the
+        catalog knows starts with what that image sets (CUDA_VERSION, TORCH_CUDA_ARCH_LIST, ...). One pass,
+        values expanded as they are set."""
+        from builder.core import catalog
         out: dict[int, dict] = {}
         glob: dict = {}
-        stage_env: dict[str, dict] = {}
+        stages: dict[str, dict] = {}
         scope: dict = {}
+        current: str | None = None
         for ins in self.instructions:
             out[id(ins)] = scope
             if ins.keyword == "FROM":
+                if current is not None:
+                    stages[current] = scope
                 w = [x for x in ins.args.split() if not x.startswith("--")]
-                parent = stage_env.get(w[0].lower(), {}) if w else {}
-                scope = dict(parent)
-                if len(w) >= 3 and w[1].upper() == "AS":
-                    stage_env[w[2].lower()] = {}
-                    current = w[2].lower()
+                image = expand(w[0], glob) if w else ""
+                parent = stages.get(image.lower())
+                if parent is not None:
+                    scope = dict(parent)
                 else:
-                    current = None
+                    scope = {k: (v, ins, 0) for k, v in catalog.base_env(image).items()}
+                current = w[2].lower() if len(w) >= 3 and w[1].upper() == "AS" else f"{ins.stage}"
                 continue
             if ins.keyword not in ("ARG", "ENV"):
                 continue
@@ -128,13 +225,13 @@ class Dockerfile:
             for name, (value, off) in assignments(ins.args).items():
                 target[name] = (expand(value, target), ins, off)
             if ins.keyword == "ARG" and "=" not in ins.args and ins.args.split():
-                name = ins.args.split()[0]
-                target[name] = glob.get(name) if ins.stage >= 0 and name in glob else (None, ins, 0)
-            if ins.stage < 0:
-                continue
-            scope = target
-            if ins.keyword == "ENV" and current is not None:
-                stage_env[current] = {k: v for k, v in scope.items() if v[1].keyword == "ENV" or k in stage_env[current]}
+                for name in ins.args.split():
+                    if ins.stage >= 0 and name in glob:
+                        target[name] = glob[name]
+                    elif name not in target or ins.stage < 0:
+                        target[name] = (None, ins, 0)
+            if ins.stage >= 0:
+                scope = target
         return out
 
     def scope(self, ins: Instruction) -> dict[str, tuple[str | None, Instruction, int]]:
@@ -177,7 +274,17 @@ class Dockerfile:
 
     def errexit(self, ins: Instruction) -> bool:
         """Whether the RUN's shell stops at the first failing command: SHELL [..., "-e..."], `set -e` (any
-        spelling: -ex, -euo pipefail, -o errexit), or a heredoc run by `bash -e...`."""
+        spelling: -ex, -euo pipefail, -o errexit), or a heredoc run by `bash -e...`. Once per RUN: every
+        command of it asks."""
+        if id(ins) not in self._errexit:
+            self._errexit[id(ins)] = self._stops_on_error(ins)
+        return self._errexit[id(ins)]
+
+    @cached_property
+    def _errexit(self) -> dict:
+        return {}
+
+    def _stops_on_error(self, ins: Instruction) -> bool:
         if self.shell_e[id(ins)]:
             return True
         code = self.code[id(ins)]

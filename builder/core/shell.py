@@ -1,6 +1,7 @@
-"""Shell text as a Dockerfile's RUN holds it: words and segments (quotes respected, linear in the text),
-comments, NAME=value assignments and $VAR expansion, and the commands the lint reads in it: pip, uv pip,
-conda/mamba install, git checkout/fetch and git URLs. Knows no rule; builder.rules.lint judges.
+"""Shell text as a Dockerfile's RUN holds it: words (quotes respected, linear in the text), comments,
+NAME=value assignments and $VAR expansion, and the commands the lint reads in it: pip, uv pip, conda/mamba
+install, git checkout/fetch and git URLs. How the commands of a RUN connect (lists, branches, loops, $( ))
+is builder.core.shellread's. Knows no rule; builder.rules.lint judges.
 """
 
 from __future__ import annotations
@@ -28,32 +29,6 @@ CONDA = {"conda", "mamba", "micromamba"}
 GIT_PIN = re.compile(r"git (?:-C \S+ )?(?:checkout|reset --hard|switch --detach)(?: -q| --quiet| -f| --force)* "
                      r"([0-9a-f]{40})\b")
 GIT_FETCH_PIN = re.compile(r"git (?:-C \S+ )?fetch\b[^\n;&|]*?\b[0-9a-f]{40}\b")
-
-
-def segments(command: str) -> list[tuple[str, str, int]]:
-    """A shell command split on ; && || | and newlines outside quotes: (text, separator after, offset).
-    Linear: segments are slices of the command, never grown a character at a time."""
-    out, start, quote, i, n = [], 0, "", 0, len(command)
-    while i < n:
-        c = command[i]
-        if quote:
-            quote = "" if c == quote else quote
-            i += 1
-            continue
-        if c in "'\"":
-            quote, i = c, i + 1
-            continue
-        sep = command[i:i + 2] if command.startswith(("&&", "||"), i) else c if c in ";|\n" else ""
-        if not sep:
-            i += 1
-            continue
-        cur = command[start:i]
-        out.append((cur.strip(), sep, start + len(cur) - len(cur.lstrip())))
-        i += len(sep)
-        start = i
-    cur = command[start:]
-    out.append((cur.strip(), "", start + len(cur) - len(cur.lstrip())))
-    return [s for s in out if s[0] or s[1]]
 
 
 @lru_cache(maxsize=4096)

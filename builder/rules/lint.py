@@ -2,12 +2,15 @@
 the spec, in imgbuild's own rendered Dockerfiles, and in any Dockerfile a site points
 `imgbuild lint` at. Each finding has a rule id (IB1xx), a line, a severity and a fix.
 
-Reading is elsewhere: builder.core.dockerfile (instructions, and per RUN its shell text, variables and
-SHELL) and builder.core.shell (words, segments, pip/conda/git commands). This module holds the rules.
+Reading is elsewhere: builder.core.dockerfile (instructions as BuildKit reads them, variables in scope,
+SHELL), builder.core.shellread (the commands of each RUN as bash runs them: lists, branches, loops, $( ))
+and builder.core.shell (words, pip/conda/git commands). This module holds the rules; a finding on a
+command says the shell path that reaches it.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -17,6 +20,7 @@ from packaging.version import Version
 
 from builder.core import catalog
 from builder.core.dockerfile import PREDEFINED_ARGS, Dockerfile, Instruction, from_image, global_args, parse
+from builder.core.shellread import MAX_DEPTH, Command
 from builder.rules.facts import jax_cuda_of, resolve
 from builder.rules.findings import Finding
 from builder.core.shell import (assignments, checkout_ref, command_words, conda_install, expand, git_url_ref,
@@ -28,6 +32,18 @@ HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
 HEX_SHORT = re.compile(r"^[0-9a-f]{7,39}\Z")
 # A whole word of a variable name ('HF_TOKEN', not 'tiktoken').
 SECRET_NAME = re.compile(r"(?:^|_)(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)\Z", re.I)
+# A name that says the variable switches or points at a secret rather than holding one
+# (SCCACHE_S3_NO_CREDENTIALS=0, HF_TOKEN_PATH=/run/secrets/hf), and values no secret has.
+SECRET_SWITCH = re.compile(r"(?:^|_)(?:NO|DISABLE|DISABLED|ENABLE|ENABLED|USE|SKIP|ALLOW|REQUIRE|IGNORE)_", re.I)
+NOT_A_SECRET = re.compile(r"(?:0|1|true|false|yes|no|on|off|none|null|y|n|t|f|disabled?|enabled?|[-+]?\d{1,6})\Z", re.I)
+
+
+def holds_secret(name: str, value: str) -> bool:
+    """A variable that holds a secret by its meaning, not its name alone: a secret's name, a literal value,
+    and not a switch, a flag value or a reference to a file or another variable."""
+    if not SECRET_NAME.search(name) or not value or value.startswith(("$", "/run/secrets/")):
+        return False
+    return not (SECRET_SWITCH.search(name) or NOT_A_SECRET.fullmatch(value.strip()))
 USERINFO = re.compile(r"\b[a-z][a-z0-9+.-]*://([^/\s:@'\"]+):([^/\s@'\"]+)@", re.I)
 PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
 CRED_FILES = re.compile(r"(^|/)(id_rsa|id_ed25519|id_ecdsa|\.netrc|\.pypirc|\.git-credentials|credentials(\.json)?)\Z")
@@ -58,7 +74,9 @@ PATTERNS = {rule: "a fragile pattern of public training-image Dockerfiles: " + r
     "IB110": "6 (secrets and credentials baked in)", "IB112": "1 (floating refs: a base by tag)",
     "IB113": "1 and 6 (a fetched script run unverified as root: it runs whatever the server returns)",
     "IB114": "6 (secrets baked in: a private key generated into a layer)",
-    "IB115": "3 (compiled parts left out: Apex built without its CUDA extensions)"}.items()}
+    "IB115": "3 (compiled parts left out: Apex built without its CUDA extensions)",
+    "IB116": "4 (silent failure: a step the lint cannot read is not judged, and says so)",
+    "IB117": "1 and 6 (a file fetched at build time installed unverified: it is whatever the server returns)"}.items()}
 
 
 def arch_set(value: str) -> frozenset | None:
@@ -86,13 +104,19 @@ class Context(Dockerfile):
     base_cuda: Version | None = None      # CUDA of the image the first stage starts from, when known
     base_torch: bool | None = None        # whether that image ships torch
     base_torch_version: str | None = None
+    base_python: str | None = None        # that image's Python, when the catalog knows it
     findings: list = field(default_factory=list)
 
     def add(self, rule_id: str, severity: str, ins: Instruction, offset: int, message: str, fix: str,
-            source: str = "") -> None:
-        self.findings.append(Finding(rule=rule_id, severity=severity, message=message, file=self.file,
-                                     line=ins.line_at(offset), key=ins.keyword, source=source or PATTERNS[rule_id],
-                                     fix=fix))
+            source: str = "", cmd: Command | None = None) -> None:
+        """A finding at the line that holds offset; for a command of a RUN, the shell path that reaches it
+        ('in the branch where CUDA_MAJOR = 13', 'in function setup') is said too."""
+        where = cmd.where if cmd is not None else ""
+        if cmd is not None and cmd.loop and "loop" not in message:
+            where = f"{where}, in a loop" if where else "in a loop"
+        self.findings.append(Finding(rule=rule_id, severity=severity, message=message + (f" ({where})" if where else ""),
+                                     file=self.file, line=ins.line_at(offset), key=ins.keyword,
+                                     source=source or PATTERNS[rule_id], fix=fix))
 
 
 DOCKERFILE_RULES: list[Callable[[Context], None]] = []
@@ -108,82 +132,110 @@ def _exact(req: Requirement) -> bool:
     return any(s.operator in ("==", "===") and "*" not in s.version for s in req.specifier)
 
 
+def _pinned_later(ctx: Context, ins: Instruction, cmd: Command, w: tuple, index: dict) -> bool:
+    """Whether a later RUN of the stage checks out a full commit in the folder this `git clone` made
+    (`RUN git clone URL` then `RUN cd repo && git checkout <40-hex>`), and the clone's own RUN does nothing
+    with it but cd and git first: the clone is pinned before it is used."""
+    operands = [x for x in w[2:] if not x.startswith("-")]
+    if not operands:
+        return False
+    folder = (operands[1] if len(operands) > 1 else operands[0].rstrip("/").rsplit("/", 1)[-1].removesuffix(".git"))
+    folder = folder.rstrip("/").rsplit("/", 1)[-1]
+    if not index:                                       # once per Dockerfile: linear in the commands
+        index["pins"], index["last_use"], index["pos"] = {}, {}, {}
+        for k, (i, c) in enumerate(ctx.commands):
+            index["pos"][id(c)] = k
+            cw = command_words(c.text)
+            if not (_harmless(c.text) or cw[:1] in (("cd",), ("git",))):
+                index["last_use"][id(i)] = k
+            ref = checkout_ref(cw) if cw[:1] == ("git",) else None
+            target = cw[2] if cw[1:2] == ("-C",) and len(cw) > 2 else c.cwd
+            if ref and target and HEX40.match(expand(ref, c.values)):
+                index["pins"].setdefault((i.stage, target.rstrip("/").rsplit("/", 1)[-1]), []).append(i.line)
+    if index["last_use"].get(id(ins), -1) > index["pos"][id(cmd)]:
+        return False            # used (built, installed) in its own RUN before the later checkout
+    return any(line > ins.line for line in index["pins"].get((ins.stage, folder), ()))
+
+
 @dockerfile_rule
 def floating_refs(ctx: Context) -> None:
     """IB101 floating refs (clones of a branch, @main, release branches, a fallback clone of the default
-    branch); IB102 short hashes. A ref held in a variable is read from its ARG/ENV default."""
-    items = ctx.segments
-    moves = {id(i) for i, t, _, _ in items if words(t)[:1] == ("git",) and checkout_ref(words(t))}
-    for n, (ins, text, sep, offset) in enumerate(items):
-        w = words(text)
-        values = ctx.values(ins)
+    branch); IB102 short hashes. A ref held in a variable is read from its value where the command runs."""
+    items = ctx.commands
+    moves = {id(i) for i, c in items if words(c.text)[:1] == ("git",) and checkout_ref(words(c.text))}
+    index: dict = {}
+    for n, (ins, c) in enumerate(items):
+        w = command_words(c.text)
         pinned = ctx.pinned[id(ins)]
         refs = []
         if w[:2] == ("git", "clone"):
             prev = items[n - 1] if n else None
-            fallback = prev is not None and prev[0] is ins and prev[2] == "||" and words(prev[1])[:2] == ("git", "clone")
-            checkout = id(ins) in moves
+            fallback = prev is not None and prev[0] is ins and prev[1].sep == "||" and \
+                command_words(prev[1].text)[:2] == ("git", "clone")
+            checkout = id(ins) in moves or _pinned_later(ctx, ins, c, w, index)
             if fallback and not pinned:
-                ctx.add("IB101", "error", ins, offset, "fallback clone of the default branch after `||`: when the "
+                ctx.add("IB101", "error", ins, c.offset, "fallback clone of the default branch after `||`: when the "
                         "first clone fails, the image silently builds from whatever the default branch holds",
-                        "drop the fallback; pin the commit (git checkout <40-hex>) after one clone")
+                        "drop the fallback; pin the commit (git checkout <40-hex>) after one clone", cmd=c)
                 continue
             if not pinned and not checkout:
                 branch = next((w[i + 1] for i, x in enumerate(w[:-1]) if x in ("-b", "--branch")), None)
-                ctx.add("IB101", "error", ins, offset, f"git clone{f' of branch/tag {branch}' if branch else ''} "
+                ctx.add("IB101", "error", ins, c.offset, f"git clone{f' of branch/tag {branch}' if branch else ''} "
                         "without checking out a full commit: the image changes whenever the branch moves",
-                        "git checkout <40-hex commit> after the clone (imgbuild: a git parameter pins the commit)")
+                        "git checkout <40-hex commit> after the clone (imgbuild: a git parameter pins the commit)",
+                        cmd=c)
                 continue
         if w[:1] == ("git",):
             ref = checkout_ref(w)
             if ref == "FETCH_HEAD" and pinned:
                 ref = None
             if ref:
-                refs.append(ref)
-        refs = [(ref, offset) for ref in refs]
+                refs.append((ref, c.offset))
         for a in w:
-            ref = git_url_ref(expand(a, values))          # ARG apex_url=git+https://...@25.04
+            ref = git_url_ref(expand(a, c.values))          # ARG apex_url=git+https://...@25.04
             if ref:
-                refs.append((ref, offset + max(text.find(a), 0)))
+                refs.append((ref, c.offset + max(c.text.find(a), 0)))
         for ref, offset in refs:
-            ref = expand(ref, values)
+            ref = expand(ref, c.values)
             if HEX40.match(ref) or ref.startswith("$"):
                 continue
             if HEX_SHORT.match(ref):
                 ctx.add("IB102", "error", ins, offset, f"short commit hash {ref!r}: it can become ambiguous, and a "
-                        "tool that verifies pins cannot compare it", "use the full 40-hex commit")
+                        "tool that verifies pins cannot compare it", "use the full 40-hex commit", cmd=c)
             else:
                 ctx.add("IB101", "error", ins, offset, f"floating git ref {ref!r}: the image changes without any file "
-                        "changing", "pin the full 40-hex commit (git rev-parse 'TAG^{commit}')")
+                        "changing", "pin the full 40-hex commit (git rev-parse 'TAG^{commit}')", cmd=c)
 
 
 @dockerfile_rule
 def unpinned_installs(ctx: Context) -> None:
     """IB103: pip and conda installs of a package without an exact version (paths, wheels, URLs aside:
-    a git URL's ref is IB101's)."""
-    for ins, text, _, offset in ctx.runs():
+    a git URL's ref is IB101's), and Python interpreters uv fetches by minor version."""
+    for ins, c in ctx.commands:
+        text, offset = c.text, c.offset
         args = pip_install_args(text)
         conda = conda_install(text) if args is None else None
         w = command_words(text)
         if w[:3] == ("uv", "python", "install"):
             for v in w[3:]:
-                value = expand(v, ctx.values(ins))
+                value = expand(v, c.values)
                 if re.fullmatch(r"(?:cpython-)?3\.\d+", value):
                     ctx.add("IB103", "error", ins, offset + max(text.find(v), 0), f"uv installs Python {value} without "
                             "an exact version: the image gets whichever patch release is newest",
-                            f"pin it: uv python install {value}.<patch>")
+                            f"pin it: uv python install {value}.<patch>", cmd=c)
+        if w[:2] == ("uv", "venv"):
+            _uv_venv_python(ctx, ins, c, w)
         if conda is not None:
             tool, specs = conda
-            values = ctx.values(ins)
             for spec in specs:
-                value = expand(spec, values)
+                value = expand(spec, c.values)
                 m = re.fullmatch(r"([A-Za-z0-9_.\-]+(?:::)?[A-Za-z0-9_.\-]*)(==?)?([^\s=<>!~*]*)", value)
                 exact = m and m.group(2) and m.group(3) and (m.group(2) == "==" or m.group(3).count(".") >= 2)
                 if "$" in value or exact:
                     continue
                 ctx.add("IB103", "error", ins, offset + max(text.find(spec), 0), f"{tool} installs {value!r} without "
                         "an exact version: the image changes whenever a new build appears",
-                        f"pin it: {value.split('=')[0]}==<version>")
+                        f"pin it: {value.split('=')[0]}==<version>", cmd=c)
         for a in pip_requirements(args or ()):
             if a.startswith((".", "/", "git+", "$", "http:", "https:", "file:")) or a.endswith((".whl", ".tar.gz")):
                 continue
@@ -193,7 +245,28 @@ def unpinned_installs(ctx: Context) -> None:
                 continue
             if not req.url and not _exact(req):
                 ctx.add("IB103", "error", ins, offset + max(text.find(a), 0), f"pip installs {a!r} without an exact "
-                        "version: the image changes whenever a new release appears", f"pin it: {req.name}==<version>")
+                        "version: the image changes whenever a new release appears", f"pin it: {req.name}==<version>",
+                        cmd=c)
+
+
+def _uv_venv_python(ctx: Context, ins: Instruction, c: Command, w: tuple) -> None:
+    """`uv venv --python 3.10`: uv takes an interpreter of that minor from the system, and downloads the newest
+    patch release of it where the system has none (uv's python-downloads default is automatic). Said where
+    the base's Python is known to be another minor (an error), or not known (a warning)."""
+    asked = next((w[i + 1] for i, x in enumerate(w[:-1]) if x in ("--python", "-p")), None)
+    asked = asked or next((x.split("=", 1)[1] for x in w if x.startswith("--python=")), None)
+    value = expand(asked, c.values) if asked else None
+    if not value or not re.fullmatch(r"(?:cpython-|python)?3\.\d+", value) or "--no-python-downloads" in w \
+            or c.values.get("UV_PYTHON_DOWNLOADS") in ("never", "manual"):
+        return
+    minor = value.rsplit("-", 1)[-1].removeprefix("python")
+    if ctx.base_python and ".".join(ctx.base_python.split(".")[:2]) == minor:
+        return
+    known = f"the base has Python {ctx.base_python}" if ctx.base_python else "the base's Python is not known"
+    ctx.add("IB103", "error" if ctx.base_python else "warning", ins, c.offset + max(c.text.find(asked), 0),
+            f"uv venv --python {value}: {known}, so uv downloads the newest {minor}.x, which changes with every "
+            "patch release", f"pin the interpreter: --python {minor}.<patch>, or a path to the base's python",
+            cmd=c)
 
 
 def _compiles_cuda(args: str) -> str | None:
@@ -218,7 +291,15 @@ def arch_lists(ctx: Context) -> None:
         scope = {**ctx.scope(ins), **{k: (v, ins, o) for k, (v, o) in assignments(ctx.code[id(ins)]).items()}}
         if what:
             needed = ("TORCH_CUDA_ARCH_LIST",)
-            if not any(v in scope and scope[v][0] != "" for v in needed):
+            given = scope.get(needed[0])
+            if given is not None and given[1].keyword == "FROM" and needed[0] in global_args(ctx.instructions):
+                # The base sets its own list (NGC PyTorch: every arch of its release), and the global ARG of
+                # that name does not reach the stage: the build compiles for the base's list, not the one written.
+                ctx.add("IB106", "error", ins, 0, f"{needed[0]} is declared before FROM and not again in this stage: "
+                        f"{what} compile for the list the base image sets, not for "
+                        f"{global_args(ctx.instructions)[needed[0]] or 'the value given'}",
+                        f"add `ARG {needed[0]}` after the FROM of this stage")
+            elif not any(v in scope and scope[v][0] != "" for v in needed):
                 ctx.add("IB104", "error", ins, 0, f"{what} compiled without {' or '.join(needed)}: it builds for the "
                         "GPU of the build host, or for none", f"set {needed[0]} for the target GPUs in this stage "
                         "(an ARG before FROM does not reach it)")
@@ -243,16 +324,26 @@ def arch_lists(ctx: Context) -> None:
 
 @dockerfile_rule
 def arg_scope(ctx: Context) -> None:
-    """IB106: an ARG declared before FROM used inside a stage that does not declare it again."""
-    globals_ = {i.args.split("=")[0].split()[0] for i in ctx.instructions if i.stage == -1 and i.keyword == "ARG"}
+    """IB106: an ARG declared before FROM used inside a stage that does not declare it again, nor inherit it
+    from the stage it is built FROM, nor get it from its base image, nor set it in the shell before."""
+    globals_ = {i.args.split("=")[0].split()[0] for i in ctx.instructions if i.stage == -1 and i.keyword == "ARG"
+                and i.args.split()}
+    if not globals_:
+        return
+    var = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+    for ins, c in ctx.commands:
+        for m in var.finditer(c.text):
+            name = m.group(1)
+            if name in globals_ and name not in PREDEFINED_ARGS and name not in c.values:
+                ctx.add("IB106", "error", ins, c.offset + m.start(), f"${name} is declared before FROM and not again "
+                        "in this stage: it is empty here", f"add `ARG {name}` after the FROM of this stage", cmd=c)
     for ins in ctx.instructions:
-        if ins.stage < 0 or ins.keyword in ("FROM", "ARG"):
+        if ins.stage < 0 or ins.keyword in ("FROM", "ARG", "RUN"):
             continue
-        text = ctx.code.get(id(ins), ins.args)
-        for m in re.finditer(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", text):
+        for m in var.finditer(ins.args):
             name = m.group(1)
             if name in globals_ and name not in PREDEFINED_ARGS and name not in ctx.scope(ins) \
-                    and name not in assignments(text[:m.start()]):
+                    and name not in assignments(ins.args[:m.start()]):
                 ctx.add("IB106", "error", ins, m.start(), f"${name} is declared before FROM and not again in this "
                         "stage: it is empty here", f"add `ARG {name}` after the FROM of this stage")
 
@@ -269,42 +360,44 @@ def _harmless(text: str) -> bool:
 @dockerfile_rule
 def ignored_exit(ctx: Context) -> None:
     """IB107: `|| true` and friends after a step that matters, `; exit 0`, `set +e`, and installs whose
-    failure `;` or a newline ignores in a shell without -e (a loop keeps only its last iteration's status)."""
-    items = ctx.segments
-    for n, (ins, text, sep, offset) in enumerate(items):
+    failure `;` or a newline ignores in a shell without -e (a loop keeps only its last iteration's status).
+    Not inside $( ): `V=$(git describe || echo unknown)` is a value with a fallback, not a hidden failure;
+    nor in an if/while condition, whose failure chooses a branch."""
+    items = ctx.commands
+    for n, (ins, c) in enumerate(items):
         nxt = items[n + 1] if n + 1 < len(items) and items[n + 1][0] is ins else None
-        if sep != "||" or nxt is None or not re.fullmatch(r"true|:|exit 0|echo\b.*", nxt[1]):
+        fallback = (c.fallback or "").strip().strip("{}() \n;").strip()
+        if c.sep != "||" or nxt is None or c.subst or c.test or \
+                not re.fullmatch(r"true|:|exit 0|echo\b.*", nxt[1].text.strip()) or \
+                re.search(r"\b(?:exit|return)\s+[1-9]|\bfalse\b|\bkill\b", fallback):
             continue
-        chain = [text]
+        chain = [c.text]
         k = n - 1
-        while k >= 0 and items[k][0] is ins and items[k][2] == "&&":
-            chain.append(items[k][1])
+        while k >= 0 and items[k][0] is ins and items[k][1].sep == "&&" and not items[k][1].subst:
+            chain.append(items[k][1].text)
             k -= 1
         if all(_harmless(t) for t in chain):
             continue
-        ctx.add("IB107", "error", ins, nxt[3], f"'|| {nxt[1]}' hides a failure: the image is tagged although a step "
-                "failed", "remove it; let the step fail the build")
-    for ins in ctx.instructions:
-        if ins.keyword == "RUN":
-            for m in re.finditer(r";\s*exit 0\b|\bset \+e\b", ctx.code[id(ins)]):
-                ctx.add("IB107", "error", ins, m.start(), f"{m.group(0).strip()!r} hides a failure: the image is "
-                        "tagged although a step failed", "remove it; let the step fail the build")
-    strict = {id(ins): ctx.errexit(ins) for ins in ctx.instructions if ins.keyword == "RUN"}
-    for n, (ins, text, sep, offset) in enumerate(items):
-        if strict[id(ins)] or sep not in (";", "\n"):
+        ctx.add("IB107", "error", ins, nxt[1].offset, f"'|| {nxt[1].text.strip()}' hides a failure: the image is "
+                "tagged although a step failed", "remove it; let the step fail the build", cmd=c)
+    for n, (ins, c) in enumerate(items):
+        w = command_words(c.text)
+        after = n > 0 and items[n - 1][0] is ins and items[n - 1][1].sep in (";", "\n") and \
+            not _harmless(items[n - 1][1].text)       # `echo skipped; exit 0` ends the step on purpose
+        if (after and w == ("exit", "0")) or w[:2] == ("set", "+e"):
+            said = "; exit 0" if w == ("exit", "0") else "set +e"
+            ctx.add("IB107", "error", ins, c.offset, f"{said!r} hides a failure: the image is "
+                    "tagged although a step failed", "remove it; let the step fail the build", cmd=c)
+    for ins, c in items:
+        if c.subst or c.test or ctx.errexit(ins) or not INSTALLS.match(" ".join(command_words(c.text))):
             continue
-        body = re.sub(r"^(then|else|do|elif)\s+", "", text)
-        nxt = items[n + 1][1] if n + 1 < len(items) and items[n + 1][0] is ins else ""
-        if not nxt or not INSTALLS.match(body):
-            continue
-        first = nxt.split()[0]
-        if text.startswith("do ") and first == "done":
-            ctx.add("IB107", "warning", ins, offset, f"{body.split()[0]} ... in a loop: a failure of any iteration "
-                    "but the last is ignored, only the last one's status counts", "add `|| exit 1` in the loop, "
-                    "or run the RUN under set -e")
-        elif first not in ("fi", "done", "esac", "}", "then", "do", "else", "elif", ";;"):
-            ctx.add("IB107", "warning", ins, offset, f"the exit code of {body.split()[0]} ... is ignored: "
-                    f"'{sep.strip() or 'newline'}' goes on after a failure", "join the commands with &&")
+        if c.loop and c.last and c.sep in (";", "\n", ""):
+            ctx.add("IB107", "warning", ins, c.offset, f"{command_words(c.text)[0]} ... in a loop: a failure of any "
+                    "iteration but the last is ignored, only the last one's status counts", "add `|| exit 1` in the "
+                    "loop, or run the RUN under set -e", cmd=c)
+        elif c.sep in (";", "\n") and not c.last:
+            ctx.add("IB107", "warning", ins, c.offset, f"the exit code of {command_words(c.text)[0]} ... is ignored: "
+                    f"'{c.sep.strip() or 'newline'}' goes on after a failure", "join the commands with &&", cmd=c)
 
 
 def _flavour(name: str) -> str | None:
@@ -312,57 +405,88 @@ def _flavour(name: str) -> str | None:
     return next((g for g in m.groups() if g), None) if m else None
 
 
+def _branch_cuda(c: Command) -> Version | None:
+    """The CUDA a branch is for: `if [ "$CUDA_MAJOR" = 13 ]`, `case $CUDA_VERSION in 12.8*)`, `[[ $CU == cu128 ]]`
+    (a variable whose name says CUDA, compared with a version): 13, 12.8, 12.8."""
+    for cond in c.path:
+        if cond.negated or cond.op == "!=" or not cond.var or "CUDA" not in cond.var.upper() or not cond.value:
+            continue
+        m = re.fullmatch(r"(?:cu(?:da)?)?(\d{2})\.?(\d)?[\d.]*\*?|(?:cu(?:da)?)?(\d{2})(\d)\*?", cond.value.lower())
+        if m:
+            major, minor = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+            return Version(f"{major}.{minor}" if minor else major)
+    return None
+
+
+def _index_values(args: tuple) -> set[str]:
+    """The values of pip's index and find-links options among its arguments."""
+    opts = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--index", "--default-index"}
+    out = {args[i + 1] for i, a in enumerate(args[:-1]) if a in opts}
+    return out | {a.split("=", 1)[1] for a in args if "=" in a and a.split("=", 1)[0] in opts}
+
+
 @dockerfile_rule
 def cuda_flavours(ctx: Context) -> None:
     """IB108: *-cuXX packages, +cuXXX wheels and /whl/cuXXX indexes for another CUDA major; torch wheels
-    and indexes for another CUDA minor (extensions built with the base's nvcc then differ from torch's)."""
-    for ins, text, _, offset in ctx.runs():
-        args = pip_install_args(text) or ()
-        values = ctx.values(ins) if args else {}
+    and indexes for another CUDA minor (extensions built with the base's nvcc then differ from torch's).
+    In a branch for one CUDA (`if [ "$CUDA_MAJOR" = 13 ]`), a package is judged against that CUDA: the
+    branch runs only where it holds."""
+    for ins, c in ctx.commands:
+        args = pip_install_args(c.text) or ()
+        if not args:
+            continue
+        branch = _branch_cuda(c)
+        cuda = branch or ctx.base_cuda
+        indexes = _index_values(args)
         for a in args:
-            value = expand(a, values)
-            at = offset + max(text.find(a), 0)
+            value = expand(a, c.values)
+            at = c.offset + max(c.text.find(a), 0)
             jax = jax_cuda_of(value)
             for major, local, extra in jax:
-                _jax_flavour(ctx, ins, at, value, major, local, extra)
+                _jax_flavour(ctx, ins, at, value, major, local, extra, cuda, c)
             if jax:
                 continue
             flavour = _flavour(value)
             if not flavour:
                 continue
-            if ctx.base_cuda is None:
+            if CUDA_FLAVOUR.search(value).group(4) and a not in indexes and "download.pytorch.org" not in value \
+                    and _req_name(value.rsplit("/", 1)[-1].split("-")[0]) not in TORCH_FAMILY:
+                continue        # /whl/cu121 in a path that is no index (a repository named whl): not a flavour
+            against = f"the branch is for CUDA {branch}" if branch else f"the base has CUDA {cuda}"
+            if cuda is None:
                 shown = f"{flavour[:2]}.{flavour[2]}" if len(flavour) == 3 else flavour
                 ctx.add("IB108", "unknown", ins, at, f"{value!r} is built for CUDA {shown}; the base's CUDA is not "
                         "known, so the match cannot be checked", "lint against a known base (FROM nvcr.io/nvidia/"
-                        "pytorch:YY.MM-py3 or nvidia/cuda:X.Y.Z-...)")
-            elif int(flavour[:2]) != ctx.base_cuda.major:
-                ctx.add("IB108", "error", ins, at, f"{value!r} is built for CUDA {flavour[:2]}, the base has CUDA "
-                        f"{ctx.base_cuda}", f"use the cu{ctx.base_cuda.major} flavour")
-            elif len(flavour) == 3 and int(flavour[2]) != ctx.base_cuda.minor and (
+                        "pytorch:YY.MM-py3 or nvidia/cuda:X.Y.Z-...)", cmd=c)
+            elif int(flavour[:2]) != cuda.major:
+                ctx.add("IB108", "error", ins, at, f"{value!r} is built for CUDA {flavour[:2]}, {against}",
+                        f"use the cu{cuda.major} flavour", cmd=c)
+            elif len(flavour) == 3 and len(cuda.release) > 1 and int(flavour[2]) != cuda.minor and (
                     "/whl/" in value or _req_name(value) in TORCH_FAMILY):
-                ctx.add("IB108", "warning", ins, at, f"{value!r} is built for CUDA {flavour[:2]}.{flavour[2]}, the base "
-                        f"has CUDA {ctx.base_cuda}: extensions built with the base's nvcc differ from torch's CUDA",
-                        f"use the cu{ctx.base_cuda.major}{ctx.base_cuda.minor} wheel, or a base with torch's CUDA")
+                ctx.add("IB108", "warning", ins, at, f"{value!r} is built for CUDA {flavour[:2]}.{flavour[2]}, {against}"
+                        ": extensions built with the base's nvcc differ from torch's CUDA",
+                        f"use the cu{cuda.major}{cuda.minor} wheel, or a base with torch's CUDA", cmd=c)
 
 
-def _jax_flavour(ctx: Context, ins: Instruction, at: int, value: str, major: int, local: bool, extra: str) -> None:
+def _jax_flavour(ctx: Context, ins: Instruction, at: int, value: str, major: int, local: bool, extra: str,
+                 cuda: Version | None, c: Command) -> None:
     """JAX's CUDA builds by their extra or package name (jax[cuda12], jax[cuda13-local], jax[cuda] = CUDA 12,
     jax-cuda12-plugin, jaxlib==X+cuda12.cudnn89): a build that brings its CUDA as pip wheels needs none from
     the base; a -local one runs on the base's, which must be of its major."""
-    if ctx.base_cuda is None:
+    if cuda is None:
         if local:
             ctx.add("IB108", "unknown", ins, at, f"{value!r} uses the base's CUDA {major} (a -local install brings "
                     "none); the base's CUDA is not known", "lint against a known base (FROM nvidia/cuda:X.Y.Z-... or "
-                    "nvcr.io/nvidia/jax:YY.MM-py3), or use jax[cudaNN], which brings CUDA as pip wheels")
+                    "nvcr.io/nvidia/jax:YY.MM-py3), or use jax[cudaNN], which brings CUDA as pip wheels", cmd=c)
         return
-    if major != ctx.base_cuda.major:
+    if major != cuda.major:
         # On the base's libraries (-local) the wrong major cannot run; with its own wheels it runs, beside a
         # second CUDA.
         ctx.add("IB108", "error" if local else "warning", ins, at, f"{value!r} is JAX's CUDA {major} build"
                 + (" (plain [cuda] is the CUDA 12 plugin)" if extra.lower() == "cuda" else "")
-                + ("" if local else f", with its own CUDA {major} wheels") + f"; the base has CUDA {ctx.base_cuda}",
-                f"use jax[cuda{ctx.base_cuda.major}{'-local' if local else ''}]" if extra or value.lower().startswith("jax[")
-                else f"use the CUDA {ctx.base_cuda.major} packages (jax-cuda{ctx.base_cuda.major}-plugin)")
+                + ("" if local else f", with its own CUDA {major} wheels") + f"; the base has CUDA {cuda}",
+                f"use jax[cuda{cuda.major}{'-local' if local else ''}]" if extra or value.lower().startswith("jax[")
+                else f"use the CUDA {cuda.major} packages (jax-cuda{cuda.major}-plugin)", cmd=c)
 
 
 def _req_name(text: str) -> str | None:
@@ -372,37 +496,77 @@ def _req_name(text: str) -> str | None:
         return None
 
 
+def _torch_pin(name: str, exact: str | None, releases: dict[str, str], base: str | None) -> str | None:
+    """Why installing NAME (==exact, or unpinned: its newest release) replaces the base's torch, from the
+    Requires-Dist on torch of its releases; None where it keeps it or nothing is known. A release not read
+    counts as pinning exactly when the releases read on either side of it both do (vllm 0.15.1 between 0.15.0
+    and 0.18.0); the base's torch is kept only where it satisfies the requirement (an NGC pre-release
+    satisfies no ==)."""
+    from packaging.specifiers import SpecifierSet
+    ordered = sorted(releases, key=Version)
+    version = exact or ordered[-1]
+    wants = releases.get(version)
+    if wants is None:
+        below = [v for v in ordered if Version(v) < Version(version)]
+        above = [v for v in ordered if Version(v) > Version(version)]
+        if not below or not above or not releases[below[-1]].startswith("==") or \
+                not releases[above[0]].startswith("=="):
+            return None
+        if base and Version(base).is_prerelease is False and Version(base).local is None:
+            return None         # a released torch may be the one it pins: not known for an unread release
+        return (f"{name}=={version} pins one torch exactly, as its releases read on either side do ({below[-1]} "
+                f"requires torch{releases[below[-1]]}, {above[0]} torch{releases[above[0]]})")
+    if base and SpecifierSet(wants).contains(base, prereleases=True):
+        return None                                     # the release made for (or accepting) the base's torch
+    if not wants.startswith("==") and not base:
+        return None                                     # a range, and the base's torch not known
+    return (f"{name}=={version} requires torch{wants}" if exact else
+            f"{name} is unpinned: its newest release read, {version}, requires torch{wants}")
+
+
 @dockerfile_rule
 def torch_replaced(ctx: Context) -> None:
-    """IB109: installing torch (or a package that brings its own) over a base that ships torch, and
-    disabling the constraint file that keeps it. Not when the Dockerfile removed the base's torch first,
-    nor for the very version the base ships."""
+    """IB109: installing torch, or a package whose releases pin their own torch exactly (xformers, vllm,
+    torchvision: read from their published metadata, catalog torch_pins), over a base that ships torch, and
+    disabling the constraint file that keeps it. Not when the Dockerfile removed the base's torch first, nor
+    for the very torch the base ships (torch==that version, or a release of the package that pins it)."""
     replacers = catalog.torch_replacers()
+    pins = catalog.torch_pins()
     removed: set[int] = set()       # stages whose base torch a RUN uninstalled
-    for ins, text, _, offset in ctx.runs():
-        w = command_words(text)
+    for ins, c in ctx.commands:
+        w = command_words(c.text)
         if "uninstall" in w and any(x.lower() == "torch" for x in w):
             removed.add(ins.stage)
-        args = pip_install_args(text) or []
-        names = set()
-        for a in pip_requirements(args):
+        hit, why, source = [], [], replacers.source
+        for a in pip_requirements(pip_install_args(c.text) or ()):
             try:
-                req = Requirement(a)
+                req = Requirement(expand(a, c.values))
             except InvalidRequirement:
                 continue
-            same = ctx.base_torch_version and req.name.lower() == "torch" and any(
-                s.operator in ("==", "===") and s.version == ctx.base_torch_version for s in req.specifier)
-            if not same:
-                names.add(req.name.lower())
-        hit = sorted(names & set(replacers.value))
+            name = req.name.lower()
+            exact = next((s.version for s in req.specifier if s.operator in ("==", "===")), None)
+            if name in replacers.value:
+                if not (ctx.base_torch_version and name == "torch" and exact == ctx.base_torch_version):
+                    hit.append(name)
+                continue
+            if name not in pins:
+                continue
+            releases, source = pins[name]
+            said = _torch_pin(name, exact, releases, ctx.base_torch_version)
+            if said:
+                hit.append(name)
+                why.append(said)
         if hit and ctx.base_torch and ins.stage not in removed:
-            ctx.add("IB109", "error", ins, offset, f"pip installs {', '.join(hit)} over the base's torch: everything "
-                    "compiled against it (TE, Apex, DeepSpeed ops) silently breaks", "install without torch; "
-                    "use --no-build-isolation and keep the base's torch", source=replacers.source)
-        if re.search(r"(sed|rm|truncate)\b.*\S*/etc/pip/constraint\.txt|>\s*/etc/pip/constraint\.txt", text):
-            ctx.add("IB109", "warning", ins, offset, "edits NGC's /etc/pip/constraint.txt, which keeps its torch and "
+            ctx.add("IB109", "error", ins, c.offset, f"pip installs {', '.join(hit)} over the base's torch"
+                    + (f" ({'; '.join(why)})" if why else "") + ": everything compiled against it (TE, Apex, "
+                    "DeepSpeed ops) silently breaks", "install without torch; use --no-build-isolation and keep the "
+                    "base's torch" + ("; or pin the release made for the base's torch" if why else ""),
+                    source=source, cmd=c)
+        if re.search(r"(sed|rm|truncate)\b.*\S*/etc/pip/constraint\.txt", c.text) or \
+                any(t.endswith("/etc/pip/constraint.txt") for t in c.writes):
+            ctx.add("IB109", "warning", ins, c.offset, "edits NGC's /etc/pip/constraint.txt, which keeps its torch and "
                     "the packages built with it", "leave the constraint file; pin what you add",
-                    source=replacers.source)
+                    source=replacers.source, cmd=c)
     for ins in ctx.instructions:
         value = assignments(ins.args).get("PIP_CONSTRAINT") if ins.keyword in ("ENV", "RUN", "ARG") else None
         if value is not None and value[0] == "":
@@ -424,10 +588,11 @@ def credentials(ctx: Context) -> None:
                     "use RUN --mount=type=ssh or a BuildKit secret")
         if ins.keyword in ("ENV", "ARG", "RUN"):
             for name, (value, off) in assignments(args).items():
-                if SECRET_NAME.search(name) and value and not value.startswith("$"):
+                if holds_secret(name, value):
                     ctx.add("IB110", "error", ins, off, f"{name} is given a literal value: it stays in the image",
                             "pass it as a BuildKit secret")
-            if ins.keyword == "ARG" and "=" not in args and SECRET_NAME.search(args.split()[0] if args.split() else ""):
+            if ins.keyword == "ARG" and "=" not in args and SECRET_NAME.search(args.split()[0] if args.split() else "") \
+                    and not SECRET_SWITCH.search(args.split()[0]):
                 ctx.add("IB110", "warning", ins, 0, f"build argument {args.split()[0]} looks like a secret: build "
                         "arguments are recorded in the image history", "use a BuildKit secret")
         if ins.keyword == "RUN" and re.search(r"\bchpasswd\b|--password[= ]\s*[^$\s-]", args):
@@ -484,38 +649,97 @@ FETCHERS = {"curl", "wget"}
 INTERPRETERS = re.compile(r"^(?:ba|z|da|a)?sh\Z|^python[\d.]*\Z|^perl\Z")
 
 
+def fetched_to(w: tuple, writes: tuple) -> tuple[str, str] | None:
+    """(url, file) of a curl or wget command that saves what it fetches: -o/--output, -O (the URL's name),
+    wget's default (the URL's name), --output-dir/-P, or a > redirection; None for one that writes to its
+    standard output only (-O -, curl without -o)."""
+    tool = w[0].rsplit("/", 1)[-1] if w else ""
+    if tool not in FETCHERS:
+        return None
+    url = next((x for x in w if re.match(r"https?://", x)), "")
+    if not url:
+        return None
+    name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    out, folder = None, None
+    for i, x in enumerate(w[1:], 1):
+        nxt = w[i + 1] if i + 1 < len(w) else None
+        if (tool == "curl" and x in ("-o", "--output")) or (tool == "wget" and x in ("-O", "--output-document")):
+            out = nxt
+        elif tool == "curl" and re.fullmatch(r"-[a-zA-Z]*o\S+", x) and not x.startswith("--"):
+            out = x[x.index("o") + 1:]
+        elif tool == "wget" and x.startswith(("--output-document=", "-O")) and len(x) > 2:
+            out = x.split("=", 1)[1] if "=" in x else x[2:]
+        elif tool == "curl" and (x in ("-O", "--remote-name") or re.fullmatch(r"-[a-zA-Z]*O[a-zA-Z]*", x)):
+            out = out or name
+        elif x in ("--output-dir", "-P", "--directory-prefix"):
+            folder = nxt
+    if tool == "wget" and out is None:
+        out = name
+    if out in ("-", "/dev/stdout") or out is None:
+        out = writes[0] if writes else None
+    if not out:
+        return None
+    return url, (f"{folder.rstrip('/')}/{out}" if folder and not out.startswith("/") else out)
+
+
+def _runs_file(w: tuple, target: str) -> bool:
+    """Whether a command runs the file: as the command (./x, /tmp/x) or given to an interpreter (bash x)."""
+    base = target.rsplit("/", 1)[-1]
+    if not w:
+        return False
+    same = lambda x: x == target or x.rsplit("/", 1)[-1] == base and (x.startswith(("./", "/")) or x == base)   # noqa: E731
+    if same(w[0]) and (w[0] != base or "/" in target):
+        return True
+    if INTERPRETERS.match(w[0].rsplit("/", 1)[-1]):
+        operand = next((x for x in w[1:] if not x.startswith("-")), None)
+        return operand is not None and same(operand)
+    return False
+
+
 @dockerfile_rule
 def piped_installer(ctx: Context) -> None:
     """IB113: a script fetched at build time and run unverified as root: `curl ... | sh`, `bash <(curl ...)`,
-    and a downloaded installer (get-pip.py, *.sh) run without a checksum."""
-    items = ctx.segments
-    for n, (ins, text, sep, offset) in enumerate(items):
-        w = command_words(text)
+    and a downloaded file (saved by -o, -O, wget's default name or a redirection) run in the same RUN
+    without a checksum checked first."""
+    items = ctx.commands
+    runs = checks_before = None
+    for n, (ins, c) in enumerate(items):
+        w = command_words(c.text)
         if not w or w[0].rsplit("/", 1)[-1] not in FETCHERS:
             continue
         url = next((x for x in w if re.match(r"https?://", x)), "")
         if not url:
             continue
         nxt = items[n + 1] if n + 1 < len(items) and items[n + 1][0] is ins else None
-        runner = command_words(nxt[1]) if nxt and sep == "|" else ()
+        runner = command_words(nxt[1].text) if nxt and c.sep == "|" else ()
         if runner and INTERPRETERS.match(runner[0].rsplit("/", 1)[-1]):
-            ctx.add("IB113", "warning", ins, nxt[3], f"runs a script fetched from {url} unverified, as root: the image "
-                    "runs whatever the server returns that day", "download a pinned release, check its sha256 "
-                    "(sha256sum -c) before running it, or install a pinned package")
+            ctx.add("IB113", "warning", ins, nxt[1].offset, f"runs a script fetched from {url} unverified, as root: "
+                    "the image runs whatever the server returns that day", "download a pinned release, check its "
+                    "sha256 (sha256sum -c) before running it, or install a pinned package", cmd=c)
             continue
-        name = url.rstrip("/").rsplit("/", 1)[-1]
-        code = ctx.code[id(ins)]
-        if not re.search(r"\.(sh|py|run)\Z", name) or re.search(r"\b(sha256sum|sha512sum|shasum|gpg --verify)\b", code):
+        saved = fetched_to(w, c.writes)
+        if saved is None:
             continue
-        for ins2, text2, _, off2 in items[n + 1:]:
-            if ins2 is not ins:
-                break
-            run = command_words(text2)
-            if run and (run[0] in (name, f"./{name}") or (INTERPRETERS.match(run[0].rsplit("/", 1)[-1])
-                                                         and name in run[1:2])):
-                ctx.add("IB113", "warning", ins, off2, f"runs {name}, downloaded from {url} without a checksum: the "
-                        "image runs whatever the server returns that day", "check its sha256 (sha256sum -c) before "
-                        "running it, from a pinned release URL")
+        target = expand(saved[1], c.values)
+        if runs is None:
+            runs, checks_before, count = {}, [], 0      # once, so that the rule stays linear in the commands
+            for k, (_, x) in enumerate(items):
+                checks_before.append(count)
+                count += bool(CHECKS.search(x.text))
+                xw = command_words(x.text)
+                operand = next((y for y in xw[1:] if not y.startswith("-")), "") if xw and \
+                    INTERPRETERS.match(xw[0].rsplit("/", 1)[-1]) else ""
+                for name in {xw[0].rsplit("/", 1)[-1] if xw else "", operand.rsplit("/", 1)[-1]} - {""}:
+                    runs.setdefault(name, []).append(k)
+        candidates = runs.get(target.rsplit("/", 1)[-1], [])
+        for k in candidates[bisect.bisect_right(candidates, n):]:
+            ins2, c2 = items[k]
+            if ins2 is not ins or checks_before[k] > checks_before[n]:
+                break                                   # another RUN, or a checksum checked before it runs
+            if _runs_file(command_words(c2.text), target):
+                ctx.add("IB113", "warning", ins, c2.offset, f"runs {target}, downloaded from {url} without a "
+                        "checksum: the image runs whatever the server returns that day", "check its sha256 "
+                        "(sha256sum -c) before running it, from a pinned release URL", cmd=c2)
                 break
     for ins in ctx.instructions:
         if ins.keyword == "RUN":
@@ -525,6 +749,132 @@ def piped_installer(ctx: Context) -> None:
                 ctx.add("IB113", "warning", ins, m.start(), f"runs a script fetched from {m.group(1)} unverified, as "
                         "root: the image runs whatever the server returns that day", "download a pinned release, "
                         "check its sha256 (sha256sum -c) before running it")
+
+
+INSTALLERS = {"dpkg", "apt", "apt-get", "rpm", "yum", "dnf", "tar", "unzip", "apt-key"}
+CHECKS = re.compile(r"\b(?:sha256sum|sha512sum|sha1sum|md5sum|shasum|b2sum|gpg\s+--verify|gpgv|cosign\s+verify|minisign)\b")
+BIN_DIRS = re.compile(r"^/(?:usr/(?:local/)?s?bin|s?bin|opt/[^/]+/bin)/[^/]+\Z")
+
+
+def _installs(w: tuple, target: str) -> str | None:
+    """How a command puts a downloaded file into the image (dpkg, apt, rpm, tar, unzip, apt-key), or None."""
+    base = target.rsplit("/", 1)[-1]
+    named = [x for x in w[1:] if not x.startswith("-")]
+    hit = any(x == target or x.rsplit("/", 1)[-1] == base for x in named) or \
+        any(x.startswith("-") and x.endswith(base) and "f" in x for x in w[1:])      # tar -xzf FILE
+    if not w or not hit:
+        return None
+    tool = w[0].rsplit("/", 1)[-1]
+    if tool == "dpkg" and any(x in ("-i", "--install") for x in w):
+        return "installed with dpkg"
+    if tool in ("apt", "apt-get") and "install" in w:
+        return "installed with apt"
+    if tool in ("rpm", "yum", "dnf") and any(x in ("-i", "-U", "-ivh", "-Uvh", "install") for x in w):
+        return f"installed with {tool}"
+    if tool == "tar" and any(re.fullmatch(r"-?[a-zA-Z]*x[a-zA-Z]*", x) or x == "--extract" for x in w[1:]):
+        return "unpacked with tar"
+    if tool == "unzip":
+        return "unpacked with unzip"
+    if tool == "apt-key" and "add" in w:
+        return "trusted as an apt signing key"
+    return None
+
+
+def _stage_downloads(ctx: Context) -> dict[int, list]:
+    """Per stage: (RUN, command, url, file) of every curl/wget/aria2c that saves a file, in order."""
+    out: dict[int, list] = {}
+    for ins, c in ctx.commands:
+        w = command_words(c.text)
+        if not w:
+            continue
+        tool = w[0].rsplit("/", 1)[-1]
+        saved = fetched_to(w, c.writes) if tool in FETCHERS else _aria2c(w) if tool == "aria2c" else None
+        if saved:
+            out.setdefault(ins.stage, []).append((ins, c, saved[0], expand(saved[1], c.values)))
+    return out
+
+
+def _aria2c(w: tuple) -> tuple[str, str] | None:
+    url = next((x for x in w if re.match(r"https?://", x)), "")
+    if not url:
+        return None
+    name = next((w[i + 1] for i, x in enumerate(w[:-1]) if x in ("-o", "--out")), None)
+    name = name or next((x.split("=", 1)[1] for x in w if x.startswith("--out=")), None)
+    folder = next((w[i + 1] for i, x in enumerate(w[:-1]) if x in ("-d", "--dir")), None)
+    name = name or url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    return url, (f"{folder.rstrip('/')}/{name}" if folder else name)
+
+
+@dockerfile_rule
+def unverified_download(ctx: Context) -> None:
+    """IB117: a file fetched at build time and put into the image unverified: installed (dpkg, apt, rpm),
+    unpacked (tar, unzip: a source tree built, a binary distribution), saved straight into a bin folder, or
+    trusted as an apt key, with no checksum or signature checked in between. A key or file over plain http
+    is said so. Wheels are pip's (hashes: IB103's lock), scripts that run are IB113's."""
+    items = ctx.commands
+    for n, (ins, c) in enumerate(items):
+        w = command_words(c.text)
+        tool = w[0].rsplit("/", 1)[-1] if w else ""
+        if tool == "apt-key" and "--fetch-keys" in w:
+            url = w[w.index("--fetch-keys") + 1] if w.index("--fetch-keys") + 1 < len(w) else ""
+            if url.startswith("http://"):
+                ctx.add("IB117", "error", ins, c.offset, f"apt-key fetches a signing key over plain http ({url}): "
+                        "whoever is on the path chooses which packages apt trusts", "fetch the key over https and "
+                        "check its fingerprint (gpg --show-keys), or COPY it in", cmd=c)
+            continue
+        if tool not in FETCHERS or c.sep != "|" or n + 1 >= len(items) or items[n + 1][0] is not ins:
+            continue
+        url = next((x for x in w if re.match(r"https?://", x)), "")
+        nw = command_words(items[n + 1][1].text)
+        how = ("unpacked with tar" if nw[:1] == ("tar",) and any(re.fullmatch(r"-?[a-zA-Z]*x[a-zA-Z]*", x) or
+                                                                   x == "--extract" for x in nw[1:])
+               else "trusted as an apt signing key" if nw[:2] == ("apt-key", "add") and url.startswith("http://")
+               else None)
+        if url and how and not url.endswith(".whl"):
+            _unverified(ctx, ins, c, url, how)
+    # Linear in the commands: where each is, which RUNs check a checksum, and the commands that install a
+    # file, by the file's name.
+    position = {id(c): k for k, (_, c) in enumerate(items)}
+    checked, checks_before, count = set(), [], 0
+    for i, c in items:
+        checks_before.append(count)
+        if CHECKS.search(c.text):
+            checked.add(id(i))
+            count += 1
+    installers: dict[str, list] = {}
+    for k, (i, c) in enumerate(items):
+        w = command_words(c.text)
+        if w and w[0].rsplit("/", 1)[-1] in INSTALLERS:
+            for x in w[1:]:
+                installers.setdefault(x.rsplit("/", 1)[-1], []).append(k)
+    for downloads in _stage_downloads(ctx).values():
+        for ins, c, url, target in downloads:
+            if target.endswith(".whl") or id(ins) in checked:
+                continue
+            if BIN_DIRS.match(target):
+                _unverified(ctx, ins, c, url, f"saved as the program {target}")
+                continue
+            at = position[id(c)]
+            candidates = installers.get(target.rsplit("/", 1)[-1], [])
+            for k in candidates[bisect.bisect_right(candidates, at):]:
+                i2, x = items[k]
+                if i2.stage != ins.stage:
+                    break
+                if checks_before[k] > checks_before[at]:
+                    break                               # a checksum checked between the download and its use
+                how = _installs(command_words(x.text), target)
+                if how:
+                    _unverified(ctx, i2, x, url, how + ("" if i2 is ins else f" (downloaded at line {ins.line_at(c.offset)})"))
+                    break
+
+
+def _unverified(ctx: Context, ins: Instruction, c: Command, url: str, how: str) -> None:
+    plain = url.startswith("http://")
+    ctx.add("IB117", "error" if plain else "warning", ins, c.offset, f"{url} is {how} without a checksum"
+            + (", fetched over plain http: anyone on the path can change it" if plain else
+               ": the image takes whatever the server returns that day"),
+            "check its sha256 before using it (echo '<sha256>  FILE' | sha256sum -c), from a versioned URL"
+            + ("; fetch it over https" if plain else ""), cmd=c)
 
 
 @dockerfile_rule
@@ -565,6 +915,17 @@ def apex_python_only(ctx: Context) -> None:
         if not target or not installs or re.search(r"\bpip3?\s+uninstall\b[^;&|]*apex", code, re.I) and \
                 not any(APEX_TARGET.search(m.group(0)) for m in installs):
             continue
+        pypi = next((c for i2, c in ctx.commands if i2 is ins and any(
+            a.lower() == "apex" for a in pip_requirements(pip_install_args(c.text) or ()))), None)
+        if pypi is not None:
+            ctx.add("IB115", "error", ins, pypi.offset + pypi.text.lower().rfind("apex"), "pip installs 'apex' from "
+                    "the package index: that is another project (PyPI's apex 0.9.10dev, a Pyramid web toolkit), not "
+                    "NVIDIA Apex, and `import apex` still works", "build NVIDIA Apex from its repository at a pinned "
+                    "commit (git+https://github.com/NVIDIA/apex@<40-hex>) with APEX_CPP_EXT=1 APEX_CUDA_EXT=1",
+                    source="PyPI's apex: the sdist apex-0.9.10dev.tar.gz, PKG-INFO Summary 'Pyramid toolkit to add "
+                    "Velruse, Flash Messages,CSRF, ReCaptcha and Sessions'; NVIDIA Apex is not on PyPI "
+                    "(github.com/NVIDIA/apex README: install from source)", cmd=pypi)
+            continue
         if APEX_CUDA.search(code) or "APEX_CUDA_EXT" in ctx.scope(ins):
             continue
         # The line shown: Apex's URL or folder in the install, else the install that follows the checkout.
@@ -578,38 +939,43 @@ def apex_python_only(ctx: Context) -> None:
                 "TORCH_CUDA_ARCH_LIST); write APEX_CUDA_EXT=0 if a Python-only Apex is what you want")
 
 
-def _base(instructions: list[Instruction]) -> tuple[Version | None, bool | None, str | None]:
-    """CUDA, whether torch is there and its version, from the first FROM (ARG defaults put in): an NGC month
-    from the catalog, nvidia/cuda's tag, pytorch/pytorch's tag; else ENV CUDA_VERSION."""
+def _base(instructions: list[Instruction]) -> tuple[Version | None, bool | None, str | None, str | None]:
+    """CUDA, whether torch is there, its version and the Python, from the first FROM (ARG defaults put in):
+    an NGC month from the catalog, nvidia/cuda's tag, pytorch/pytorch's tag; else ENV CUDA_VERSION."""
     first = next((i for i in instructions if i.keyword == "FROM"), None)
     image = from_image(first, global_args(instructions))[1].split("@")[0] if first else ""
     ngc = catalog.ngc_release(image)
     if ngc is not None:
-        cuda, torch = ngc.fact("cuda"), ngc.fact("torch")
-        return (Version(cuda.value) if cuda else None), ngc.framework == "pytorch", (torch.value if torch else None)
+        cuda, torch, python = ngc.fact("cuda"), ngc.fact("torch"), ngc.fact("python")
+        return ((Version(cuda.value) if cuda else None), ngc.framework == "pytorch", (torch.value if torch else None),
+                (python.value if python else None))
     if re.search(r"(?:^|/)nvidia/pytorch:", image):
-        return None, True, None                             # every NGC PyTorch month ships torch
+        return None, True, None, None                       # every NGC PyTorch month ships torch
     m = re.search(r"(?:^|/)pytorch/pytorch:(\d+\.\d+\.\d+)-cuda(\d+\.\d+)", image)
     if m:
-        return Version(m.group(2)), True, m.group(1)
+        return Version(m.group(2)), True, m.group(1), None
     m = re.search(r"(?:^|/)cuda:(\d+\.\d+(?:\.\d+)?)", image)
     if m:
-        return Version(m.group(1)), False, None
+        return Version(m.group(1)), False, None, None
     env = [assignments(i.args).get("CUDA_VERSION") for i in instructions if i.keyword == "ENV"]
     env = [e for e in env if e and re.match(r"^\d+\.\d+", e[0])]
-    return (Version(re.match(r"^\d+\.\d+(\.\d+)?", env[0][0]).group(0)) if env else None), None, None
+    return (Version(re.match(r"^\d+\.\d+(\.\d+)?", env[0][0]).group(0)) if env else None), None, None, None
 
 
 def lint_dockerfile(text: str, file: str, base_cuda: Version | None = None,
                     base_torch: bool | None = None) -> list[Finding]:
     """Findings for one Dockerfile. Without base_cuda/base_torch they are read from its first FROM."""
     instructions = parse(text)
-    cuda, torch, version = _base(instructions)
+    cuda, torch, version, python = _base(instructions)
     ctx = Context(file=file, instructions=instructions, base_cuda=base_cuda or cuda,
                   base_torch=base_torch if base_torch is not None else torch,
-                  base_torch_version=version if base_torch is None else None)
+                  base_torch_version=version if base_torch is None else None, base_python=python)
     for fn in DOCKERFILE_RULES:
         fn(ctx)
+    for ins in ctx.too_deep:
+        ctx.add("IB116", "unknown", ins, 0, f"the shell of this RUN nests deeper than {MAX_DEPTH} levels: the lint "
+                "did not read past that depth, so what is there is not judged", "flatten the script (a script file "
+                "COPYed in and run), or lint it on its own")
     return ctx.findings
 
 
@@ -632,7 +998,7 @@ def lint_spec(spec: Spec, stacks: Iterable[Stack], lock=None) -> list[Finding]:
 
         # A URL with a literal credential in any parameter is refused when stacks.yaml loads (params.text).
         for var, (value, key, layer) in sf.env.items():
-            if SECRET_NAME.search(var) and value:
+            if holds_secret(var, value):
                 add("IB110", "error", key, f"{var} holds a literal value: it would be baked into the image "
                     "environment", "inject it at run time (the scheduler's secrets), not in the image")
             if var in ARCH_VARS and stack.gpus:

@@ -801,12 +801,24 @@ def torch_replaced(ctx: Ctx) -> Iterator[Finding]:
     torch = ctx.facts.get("torch")
     if torch is None or not isinstance(torch.value, Version):
         return
-    replacers = catalog.torch_replacers()
+    replacers, pins = catalog.torch_replacers(), catalog.torch_pins()
     for name, (pinned, key, layer) in ctx.facts.pins.items():
-        if name not in replacers.value or (name == "torch" and pinned == torch.value):
+        if name not in replacers.value and name not in pins or (name == "torch" and pinned == torch.value):
             continue
         if dict(layer.params).get("replace_torch"):
             continue   # a declared swap (pip kind): its reason is shown by plan --explain
+        wants = pins[name][0].get(str(pinned)) if name in pins else None
+        if wants is not None:
+            # The release's own Requires-Dist on torch (its published metadata): pip keeps the base's torch
+            # only where that satisfies it (a pre-release satisfies no == and sorts below its release).
+            if SpecifierSet(wants).contains(torch.value, prereleases=True):
+                continue
+            yield ctx.find("IB070", "error", key, f"layer {layer.name!r} pins {name}=={pinned}, which requires "
+                           f"torch{wants}: pip would replace the base's torch {torch.value}", [torch],
+                           Known(wants, pins[name][1], True),
+                           fix=f"pin the {name} release made for torch {torch.value.public}, or declare the swap: a pip "
+                               "layer with replace_torch and the reason")
+            continue
         if not (torch.value.is_prerelease or torch.value.local):
             # torch is a release (a swap declared beneath): a package pinning the same torch keeps it, and
             # which torch this one pins is not in the catalog. The constraint stops the build if they differ.

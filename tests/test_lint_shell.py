@@ -1,0 +1,189 @@
+"""Issue 37: the lint reads a Dockerfile as BuildKit does and its RUNs as bash runs them. One pair per cause of
+the held-out findings: a small Dockerfile with the pattern and the finding expected (or not), and its twin that
+differs in the one thing the cause is about. A finding on a command says the shell path that reaches it."""
+from __future__ import annotations
+
+import pytest
+
+from builder.core import catalog
+from builder.core.shellread import read
+from builder.rules.lint import lint_dockerfile
+
+NGC = "FROM nvcr.io/nvidia/pytorch:25.03-py3@sha256:" + "a" * 64 + "\n"      # CUDA 12.8.1, torch, Python 3.12.3
+CUDA12 = "FROM nvidia/cuda:12.4.1-devel-ubuntu22.04@sha256:" + "b" * 64 + "\n"
+UBUNTU = "FROM ubuntu:22.04@sha256:" + "c" * 64 + "\n"
+HEX = "0123456789abcdef0123456789abcdef01234567"
+
+
+def found(text: str, rule: str) -> list:
+    return [f for f in lint_dockerfile(text, "Dockerfile") if f.rule == rule]
+
+
+# -- shell control flow ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("package, expected", [("cupy-cuda13x==13.6.0", 0), ("cupy-cuda12x==13.6.0", 1)])
+def test_an_install_in_a_cuda_branch_is_judged_against_that_branch(package, expected):
+    """`if [ "$CUDA_MAJOR" = 13 ]` runs only for CUDA 13: a cu13 package there is right whatever the base's CUDA
+    (6 false findings in one held-out file read it as unconditional); a cu12 one there is wrong, and the finding
+    names the branch."""
+    text = NGC + "ARG CUDA_MAJOR\n" + \
+        f'RUN if [ "$CUDA_MAJOR" = 13 ]; then pip install {package}; else pip install cupy-cuda12x==13.6.0; fi\n'
+    hits = found(text, "IB108")
+    assert len(hits) == expected, hits
+    for f in hits:
+        assert f.line == 3 and "in the branch where CUDA_MAJOR = 13" in f.message and "the branch is for CUDA 13" \
+            in f.message, f.message
+
+
+@pytest.mark.parametrize("cuda, expected", [("12.8", 0), ("13.0", 1)])
+def test_a_case_over_the_cuda_version_takes_the_arm_that_matches(cuda, expected):
+    """A `case` that sets the index URL per CUDA version: the arm the known version matches decides (before, the
+    last arm always won and a CUDA 13 index was reported on a CUDA 12 base); with the version unknown, the URL is
+    unknown and nothing is claimed."""
+    text = NGC + f"ARG CUDA={cuda}\n" + (
+        'RUN case "$CUDA" in \\\n'
+        '      12.*) IDX=https://download.pytorch.org/whl/cu128 ;; \\\n'
+        '      13.*) IDX=https://download.pytorch.org/whl/cu130 ;; \\\n'
+        '    esac && pip install --index-url "$IDX" torchvision==0.21.0\n')
+    hits = found(text, "IB108")
+    assert len(hits) == expected, hits
+    assert not found(text.replace(f"ARG CUDA={cuda}", "ARG CUDA"), "IB108")
+
+
+@pytest.mark.parametrize("checkout, expected", [("", 1), (f" && git -C y checkout {HEX}", 0)])
+def test_a_clone_right_after_then_is_read(checkout, expected):
+    text = UBUNTU + f"RUN if [ -n \"$X\" ]; then git clone https://github.com/x/y{checkout}; fi\n"
+    hits = found(text, "IB101")
+    assert len(hits) == expected, hits
+    assert all("in the branch where" in f.message for f in hits)
+
+
+def test_the_reader_follows_lists_branches_loops_functions_and_substitutions():
+    cmds, deep = read('set -e\nf() { pip install a; }\nfor x in 1 2; do g; done\nif t; then h; elif u; then i; else j; fi\n'
+                      'V=$(k || echo none) && cd /opt && l > out.txt 2>&1\n')
+    by = {c.text.split()[0] if c.text else "": c for c in cmds}
+    assert not deep
+    assert by["pip"].function == "f" and by["g"].loop and by["t"].test
+    assert str(by["h"].path[0]) == "t" and [str(c) for c in by["i"].path] == ["not (t)", "u"]
+    assert [str(c) for c in by["j"].path] == ["not (t)", "not (u)"]
+    assert by["k"].subst and by["k"].sep == "||" and by["k"].fallback == "echo none"
+    assert by["l"].cwd == "/opt" and by["l"].writes == ("out.txt",)
+
+
+# -- variables: stages, bases, substitutions --------------------------------------------------------------
+
+@pytest.mark.parametrize("parent, expected", [("build", 0), ("ubuntu:22.04@sha256:" + "c" * 64, 1)])
+def test_a_stage_built_from_another_inherits_its_args(parent, expected):
+    """BuildKit: a stage FROM another stage inherits its ARGs and ENV (docs.docker.com/build/building/variables).
+    Re-declaring a global ARG in the parent is enough; a stage FROM an image starts empty."""
+    text = ("ARG TORCH=2.5.1\n" + UBUNTU.replace("\n", " AS build\n") + "ARG TORCH\n"
+            f"FROM {parent}\nRUN echo torch=$TORCH > /version\n")
+    assert len(found(text, "IB106")) == expected
+
+
+@pytest.mark.parametrize("base, expected", [(CUDA12, 0), (UBUNTU, 1)])
+def test_a_variable_the_base_image_sets_is_not_missing(base, expected):
+    """nvidia/cuda sets CUDA_VERSION in its own ENV: a global ARG of that name used in the stage is not empty."""
+    text = "ARG CUDA_VERSION=12.4.1\n" + base + "RUN echo cuda=$CUDA_VERSION > /version\n"
+    assert len(found(text, "IB106")) == expected
+    assert catalog.base_env("nvidia/cuda:12.4.1-devel-ubuntu22.04")["CUDA_VERSION"] == "12.4.1"
+
+
+@pytest.mark.parametrize("base, expected", [(NGC, 0), (CUDA12, 1)])
+def test_the_arch_list_an_ngc_base_sets_is_not_missing(base, expected):
+    """NGC PyTorch sets TORCH_CUDA_ARCH_LIST for the GPUs of its release; nvidia/cuda sets none."""
+    text = base + "RUN DS_BUILD_FUSED_ADAM=1 pip install deepspeed==0.16.4\n"
+    assert len(found(text, "IB104")) == expected
+    assert "TORCH_CUDA_ARCH_LIST" in catalog.base_env("nvcr.io/nvidia/pytorch:25.03-py3")
+
+
+@pytest.mark.parametrize("run, expected", [
+    ("V=$(git describe --tags || echo unknown) && echo $V > /version", 0),
+    ('LABEL_V="$(cat /v 2>/dev/null || echo unknown)"; echo "$LABEL_V"', 0),
+    ("git describe --tags > /version || echo unknown", 1),
+])
+def test_a_fallback_inside_a_substitution_is_a_value_not_a_hidden_failure(run, expected):
+    assert len(found(UBUNTU + f"RUN {run}\n", "IB107")) == expected
+
+
+# -- names and meaning ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("env, expected", [
+    ("SCCACHE_S3_NO_CREDENTIALS=0", 0), ("HF_TOKEN_PATH=/run/secrets/hf", 0), ("USE_TOKEN=1", 0),
+    ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY", 1), ("HF_TOKEN=hf_abcdefghijklmnop", 1),
+])
+def test_a_secret_is_judged_by_its_meaning_not_its_name_alone(env, expected):
+    assert len(found(UBUNTU + f"ENV {env}\n", "IB110")) == expected
+
+
+@pytest.mark.parametrize("args, expected", [
+    ("https://example.com/whl/cu118/mytool-1.0-py3-none-any.whl", 0),             # a folder named whl
+    ("--index-url https://download.pytorch.org/whl/cu118 torch==2.4.1", 1),       # torch's CUDA 11.8 index
+])
+def test_whl_in_a_path_is_no_cuda_index_unless_pip_takes_it_as_one(args, expected):
+    assert len([f for f in found(CUDA12 + f"RUN pip install {args}\n", "IB108") if f.severity != "unknown"]) == expected
+
+
+# -- downloads followed by target ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("run, expected", [
+    ("curl -fsSL https://example.com/get -o installer.sh && bash installer.sh --yes", 1),
+    ("wget -q -O /tmp/inst https://example.com/get && sh /tmp/inst", 1),
+    ("curl -fsSLO https://example.com/install.sh && chmod +x install.sh && ./install.sh", 1),
+    ("curl -fsSL https://example.com/get -o installer.sh && echo '" + "0" * 64 + "  installer.sh' | sha256sum -c - "
+     "&& bash installer.sh", 0),
+    ("curl -fsSL https://example.com/get -o installer.sh && cat installer.sh", 0),
+])
+def test_a_download_is_followed_by_its_target_not_by_its_url(run, expected):
+    assert len(found(UBUNTU + f"RUN {run}\n", "IB113")) == expected
+
+
+@pytest.mark.parametrize("run, expected", [
+    ("wget -q -O - https://example.com/openmpi-4.1.6.tar.gz | tar xzf - && cd openmpi-4.1.6 && ./configure && make install", 1),
+    ("aria2c https://example.com/tool_1.0_amd64.deb && dpkg -i tool_1.0_amd64.deb", 1),
+    ("wget https://example.com/yq_linux_amd64 -O /usr/local/bin/yq && chmod +x /usr/local/bin/yq", 1),
+    ("wget https://example.com/tool_1.0_amd64.deb && echo '" + "0" * 64 + "  tool_1.0_amd64.deb' | sha256sum -c && "
+     "dpkg -i tool_1.0_amd64.deb", 0),
+    ("wget https://example.com/wheels/tool-1.0-py3-none-any.whl && pip install tool-1.0-py3-none-any.whl", 0),
+])
+def test_a_download_put_into_the_image_unverified_is_found(run, expected):
+    assert len(found(UBUNTU + f"RUN {run}\n", "IB117")) == expected
+
+
+def test_a_download_installed_by_a_later_run_is_followed_across_runs():
+    text = UBUNTU + "RUN aria2c https://example.com/tool_1.0_amd64.deb\nRUN apt-get install -y ./tool_1.0_amd64.deb\n"
+    hits = found(text, "IB117")
+    assert [f.line for f in hits] == [3] and "downloaded at line 2" in hits[0].message
+
+
+# -- what a package does to torch ----------------------------------------------------------------------------
+
+def test_a_package_that_pins_its_own_torch_replaces_the_bases():
+    """xformers' releases require one torch exactly (their published metadata): unpinned over NGC's torch it
+    replaces it; over a base with no torch it replaces nothing."""
+    releases, source = catalog.torch_pins()["xformers"]
+    assert releases and "METADATA" in source
+    hits = found(NGC + "RUN pip install xformers\n", "IB109")
+    assert len(hits) == 1 and "xformers is unpinned: its newest release read" in hits[0].message, hits
+    assert not found(CUDA12 + "RUN pip install xformers\n", "IB109")
+
+
+@pytest.mark.parametrize("python, expected", [("3.10", 1), ("3.12", 0), ("3.10.14", 0)])
+def test_uv_venv_with_a_python_the_base_lacks_downloads_one(python, expected):
+    """NGC 25.03 has Python 3.12.3: `uv venv --python 3.10` downloads the newest 3.10.x."""
+    assert len(found(NGC + f"RUN uv venv --python {python} /opt/venv\n", "IB103")) == expected
+
+
+# -- hostile input ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("run", [
+    "a=$(" * 2000 + "x" + ")" * 2000,
+    "if a; then " * 500 + "pip install x" + "; fi" * 500,
+    'pip install "unterminated && git clone https://github.com/x/y',
+    "<<EOF bash\n" + "echo line\n" * 20000 + "EOF",
+    "{ " * 3000 + "true" + "; }" * 3000,
+])
+def test_hostile_shell_is_linted_without_a_crash(run):
+    findings = lint_dockerfile(UBUNTU + "RUN " + run + "\n", "Dockerfile")
+    deep = [f for f in findings if f.rule == "IB116"]
+    assert all(f.severity == "unknown" and "did not read past" in f.message for f in deep)
