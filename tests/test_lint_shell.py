@@ -153,7 +153,7 @@ def test_a_download_put_into_the_image_unverified_is_found(run, expected):
 def test_a_download_installed_by_a_later_run_is_followed_across_runs():
     text = UBUNTU + "RUN aria2c https://example.com/tool_1.0_amd64.deb\nRUN apt-get install -y ./tool_1.0_amd64.deb\n"
     hits = found(text, "IB117")
-    assert [f.line for f in hits] == [3] and "downloaded at line 2" in hits[0].message
+    assert [f.line for f in hits] == [2] and "installed with apt at line 3" in hits[0].message
 
 
 # -- what a package does to torch ----------------------------------------------------------------------------
@@ -187,3 +187,97 @@ def test_hostile_shell_is_linted_without_a_crash(run):
     findings = lint_dockerfile(UBUNTU + "RUN " + run + "\n", "Dockerfile")
     deep = [f for f in findings if f.rule == "IB116"]
     assert all(f.severity == "unknown" and "did not read past" in f.message for f in deep)
+
+
+# -- the second reader's held-out set (docs/lint-corpus-2.yaml): one twin pair per class it found ---------
+
+@pytest.mark.parametrize("default, expected", [("cu128", 0), ("cu130", 1)])
+def test_cuda_is_judged_per_stage_through_the_stage_an_arg_names(default, expected):
+    """lmdeploy: alternative base stages, the one built chosen by an ARG default; the CUDA a package is judged
+    against is that stage's (the first FROM of the file is the other alternative)."""
+    text = (f"ARG CUDA_STAGE={default}\n"
+            "FROM nvidia/cuda:13.0.3-devel-ubuntu24.04@sha256:" + "1" * 64 + " AS cu130\n"
+            "FROM nvidia/cuda:12.8.1-devel-ubuntu24.04@sha256:" + "2" * 64 + " AS cu128\n"
+            "FROM ${CUDA_STAGE} AS dev\nRUN pip install nvidia-cudnn-cu12==9.1.0.70\n")
+    assert len([f for f in found(text, "IB108") if f.severity == "error"]) == expected
+
+
+@pytest.mark.parametrize("ref, verify, expected", [
+    ("$BASELINE_REF", "", 0),                                                     # only a build argument knows it
+    ("main", "", 1),                                                              # a branch fetched and checked out
+    ("main", ' && test "$(git rev-parse HEAD)" = "$REF"', 0),                    # the build fails unless it is a commit
+    (HEX, "", 0),
+])
+def test_fetch_head_is_what_was_fetched(ref, verify, expected):
+    text = UBUNTU + f"ARG BASELINE_REF\nRUN git clone https://github.com/x/y && cd y && git fetch origin {ref} && " \
+                    f"git checkout FETCH_HEAD{verify} && pip install .\n"
+    hits = found(text, "IB101")
+    assert len(hits) == expected, hits
+    assert all("'main'" in f.message for f in hits)
+
+
+@pytest.mark.parametrize("tag_default, expected", [("", 1), (f"={HEX}", 0)])
+def test_a_checkout_in_a_branch_that_may_not_run_does_not_pin_the_clone(tag_default, expected):
+    """NeMo-Aligner: `if [ ! -z $APEX_TAG ]; then git fetch ... && git checkout FETCH_HEAD; fi` with APEX_TAG
+    empty by default builds the default branch; with a default commit the branch always runs."""
+    text = UBUNTU + f"ARG APEX_TAG{tag_default}\nRUN git clone https://github.com/NVIDIA/apex && cd apex && \\\n" \
+                    "    if [ ! -z $APEX_TAG ]; then git fetch origin $APEX_TAG && git checkout FETCH_HEAD; fi && \\\n" \
+                    "    pip install -v --no-build-isolation --config-settings --build-option=--cuda_ext ./\n"
+    hits = found(text, "IB101")
+    assert len(hits) == expected, hits
+    assert all(f.line == 3 and "only in the branch where" in f.message for f in hits)
+
+
+@pytest.mark.parametrize("url, expected", [("git+${FLA_URL}", 0), ("git+https://github.com/fla-org/fla@main", 1)])
+def test_a_git_url_only_a_build_argument_gives_is_not_judged(url, expected):
+    text = UBUNTU + f'ARG FLA_URL\nRUN pip install --no-deps "{url}"\n'
+    assert len(found(text, "IB101")) == expected
+
+
+def test_a_package_beside_torch_is_not_blamed_for_torch():
+    """xtuner: `pip install torchvision torch==${TORCH_VERSION}` replaces the base's torch with the torch asked
+    for, and pip takes the torchvision that fits it: the finding names torch, not torchvision's newest release."""
+    hits = found(NGC + 'ARG TORCH_VERSION\nRUN pip install torchvision torch==${TORCH_VERSION}\n', "IB109")
+    assert len(hits) == 1 and "pip installs torch over" in hits[0].message and "torchvision" not in hits[0].message
+
+
+@pytest.mark.parametrize("before, expected", [("RUN uv python install 3.11.12\n", 0), ("", 1)])
+def test_uv_venv_after_uv_python_install_downloads_nothing(before, expected):
+    text = UBUNTU + before + "RUN uv venv --python 3.11 /opt/venv\n"
+    assert len(found(text, "IB103")) == expected
+
+
+@pytest.mark.parametrize("child, expected", [('ARG FLASH_ATTN_CUDA_ARCHS="90"', 1), ('ARG FLASH_ATTN_CUDA_ARCHS="90;100"', 0)])
+def test_arch_lists_are_compared_with_those_a_stage_inherits(child, expected):
+    text = UBUNTU.replace("\n", " AS setup\n") + 'ENV TORCH_CUDA_ARCH_LIST="9.0 10.0"\n' \
+        f"FROM setup AS flash\n{child}\nRUN pip install flash-attn==2.8.3 --no-build-isolation\n"
+    hits = found(text, "IB105")
+    assert len(hits) == expected and all(f.line == 4 for f in hits), hits
+
+
+@pytest.mark.parametrize("parent, expected", [("setup", 0), ("ubuntu:22.04@sha256:" + "c" * 64, 1)])
+def test_an_arg_of_another_stage_is_empty_unless_inherited(parent, expected):
+    text = UBUNTU.replace("\n", " AS setup\n") + f"ARG TORCH_VERSION=2.6.0\nFROM {parent} AS dev\n" \
+        'RUN if [ "x${TORCH_VERSION}" = "x2.6.0" ]; then pip install nvidia-nccl-cu12==2.25.1; fi\n'
+    hits = found(text, "IB106")
+    assert len(hits) == expected and all("an ARG of another stage (line 2)" in f.message for f in hits), hits
+
+
+@pytest.mark.parametrize("source, expected", [("ghcr.io/astral-sh/uv:0.8.6", 1), ("ghcr.io/astral-sh/uv:0.8.6@sha256:"
+                                                                                 + "d" * 64, 0), ("build", 0)])
+def test_copy_from_an_image_by_tag_is_a_floating_reference(source, expected):
+    text = UBUNTU.replace("\n", " AS build\n") + UBUNTU + f"COPY --from={source} /uv /bin/\n"
+    assert len([f for f in found(text, "IB112") if "--from" in f.message]) == expected
+
+
+@pytest.mark.parametrize("run, expected", [
+    ("wget https://example.com/mft-${V}-x86_64-deb.tgz && tar -xzf mft-${V}-x86_64-deb.tgz && ./install.sh", 1),
+    ("P=protoc-21.12.zip && curl -OL https://github.com/p/p/releases/download/v21.12/$P && unzip -o $P -d /usr/local", 1),
+    ("wget https://example.com/mft-${V}-x86_64-deb.tgz && tar -xzf other-${V}.tgz", 0),
+])
+def test_a_download_and_its_use_are_matched_with_their_variables_put_in(run, expected):
+    """open-instruct, TGI: the file's name through a variable, in the download and in tar/unzip: said at the
+    download, where the checksum belongs, naming the line that uses it."""
+    hits = found(UBUNTU + "ARG V=4.31.0\nRUN " + run + "\n", "IB117")
+    assert len(hits) == expected, hits
+    assert all(f.line == 3 and " at line 3 " in f.message for f in hits)

@@ -41,12 +41,14 @@ class Condition:
     text: str
     var: str | None = None
     value: str | None = None
-    op: str = "="                # '=', '!=' or 'match' (a case pattern; alternatives joined by |)
+    op: str = "="                # '=', '!=', 'match' (a case pattern; alternatives joined by |), 'set' (-n: not empty)
     negated: bool = False        # the branch runs when the condition does not hold (else, later elif)
 
     def holds(self, values: dict) -> bool | None:
         """True or False where the variable's value is known, else None."""
         known = values.get(self.var) if self.var else None
+        if self.op == "set" and isinstance(known, str):
+            return bool(known) != self.negated
         if not isinstance(known, str) or self.value is None:
             return None
         if self.op == "match":
@@ -68,6 +70,8 @@ class Condition:
         return (self.var, self.value) if eq and not negated else None
 
     def __str__(self) -> str:
+        if self.op == "set" and self.var:
+            return f"{self.var} is {'empty' if self.negated else 'set'}"
         if self.var and self.value is not None:
             op = {"=": "=", "!=": "!=", "match": "matches"}[self.op]
             said = f"{self.var} {op} {self.value}"
@@ -414,13 +418,26 @@ class _Reader:
         node = nodes[0]
         if node.type == "test_command":
             expr = next((c for c in node.children if c.is_named), None)
-            if expr is not None and expr.type == "binary_expression":
+            negated = False
+            while expr is not None and expr.type == "unary_expression" and self.text(expr).startswith("!"):
+                negated = not negated               # [ ! -z $X ]
+                expr = next((c for c in expr.children if c.is_named), None)
+            if expr is not None and expr.type == "unary_expression":
+                op = self.text(expr.child_by_field_name("operator")) if expr.child_by_field_name("operator") else ""
+                operand = [c for c in expr.children if c.is_named and c != expr.child_by_field_name("operator")]
+                m = _VAR_WORD.match(self.text(operand[0]).strip()) if operand else None
+                if op in ("-n", "-z") and m:
+                    return Condition(text, m.group(1), None, "set", negated != (op == "-z"))
+                return Condition(text)
+            if expr is not None and expr.type == "binary_expression" and not negated:
                 left, right = expr.child_by_field_name("left"), expr.child_by_field_name("right")
                 op = expr.child_by_field_name("operator")
                 return _compare(text, self.text(left) if left else "", self.text(op) if op else "",
                                 self.text(right) if right else "", "[[" in text[:2])
             return Condition(text)
         w = words(text)
+        if w[:1] == ("test",) and len(w) == 3 and w[1] in ("-n", "-z") and _VAR_WORD.match(w[2]):
+            return Condition(text, _VAR_WORD.match(w[2]).group(1), None, "set", w[1] == "-z")
         if w[:1] in (("test",), ("[",)) and len(w) >= 4:
             return _compare(text, w[1], w[2], w[3], False) if len(w) in (4, 5) else Condition(text)
         return Condition(text)

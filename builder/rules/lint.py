@@ -105,7 +105,21 @@ class Context(Dockerfile):
     base_torch: bool | None = None        # whether that image ships torch
     base_torch_version: str | None = None
     base_python: str | None = None        # that image's Python, when the catalog knows it
+    stages: dict = field(default_factory=dict)   # stage -> Base of the image it starts from (FROM a stage: its)
     findings: list = field(default_factory=list)
+
+    def base(self, ins: Instruction) -> "Base":
+        """What the image an instruction's stage starts from ships: given (imgbuild's own layers, where the
+        stack says), else its stage's FROM as resolved (a stage FROM another stage takes that one's), and the
+        CUDA_VERSION in scope where the image itself does not say."""
+        if self.base_cuda is not None or self.base_torch is not None:
+            return Base(self.base_cuda, self.base_torch, self.base_torch_version, self.base_python)
+        found = self.stages.get(ins.stage, Base())
+        if found.cuda is None:
+            value = (self.scope(ins).get("CUDA_VERSION") or (None,))[0]
+            m = re.match(r"^(\d+\.\d+(?:\.\d+)?)", value or "")
+            found = Base(Version(m.group(1)) if m else None, found.torch, found.torch_version, found.python)
+        return found
 
     def add(self, rule_id: str, severity: str, ins: Instruction, offset: int, message: str, fix: str,
             source: str = "", cmd: Command | None = None) -> None:
@@ -157,12 +171,40 @@ def _pinned_later(ctx: Context, ins: Instruction, cmd: Command, w: tuple, index:
     return any(line > ins.line for line in index["pins"].get((ins.stage, folder), ()))
 
 
+def _runs_with(c: Command, clone: Command) -> bool:
+    """Whether command c runs whenever clone does: its branch conditions are the clone's (or a prefix of
+    them), or every extra condition is known to hold."""
+    extra = c.path[len(clone.path):] if c.path[:len(clone.path)] == clone.path else c.path
+    return all(cond.holds(c.values) is True for cond in extra)
+
+
+def _fetched_ref(items: list, n: int, ins: Instruction) -> str | None:
+    """What `git checkout FETCH_HEAD` (at items[n]) checks out: the ref of the last `git fetch` before it in the
+    RUN, expanded where the fetch runs ('$...' when only a build argument knows it)."""
+    for i2, c in reversed(items[:n]):
+        if i2 is not ins:
+            break
+        w = command_words(c.text)
+        if w[:1] == ("git",) and "fetch" in w:
+            operands = [x for x in w[w.index("fetch") + 1:] if not x.startswith("-")]
+            return expand(operands[-1], c.values) if len(operands) >= 2 else None
+    return None
+
+
+def _verified_head(items: list, ins: Instruction) -> bool:
+    """A RUN that fails unless HEAD is the commit it names (`test "$(git rev-parse HEAD)" = "$REF"`): a ref
+    that is not a full commit fails the build, so what it checked out is pinned and verified."""
+    return any(i2 is ins and re.search(r"(?:test|\[\[?)\s+\"?\$\(git(?: -C \S+)? rev-parse (?:--verify )?HEAD\)\"?\s*==?\s",
+                                      c.text) for i2, c in items)
+
+
 @dockerfile_rule
 def floating_refs(ctx: Context) -> None:
     """IB101 floating refs (clones of a branch, @main, release branches, a fallback clone of the default
-    branch); IB102 short hashes. A ref held in a variable is read from its value where the command runs."""
+    branch); IB102 short hashes. A ref held in a variable is read from its value where the command runs; one
+    only a build argument gives (no default) is not judged. A checkout in a branch that may not run does
+    not pin a clone that always runs."""
     items = ctx.commands
-    moves = {id(i) for i, c in items if words(c.text)[:1] == ("git",) and checkout_ref(words(c.text))}
     index: dict = {}
     for n, (ins, c) in enumerate(items):
         w = command_words(c.text)
@@ -172,32 +214,41 @@ def floating_refs(ctx: Context) -> None:
             prev = items[n - 1] if n else None
             fallback = prev is not None and prev[0] is ins and prev[1].sep == "||" and \
                 command_words(prev[1].text)[:2] == ("git", "clone")
-            checkout = id(ins) in moves or _pinned_later(ctx, ins, c, w, index)
             if fallback and not pinned:
                 ctx.add("IB101", "error", ins, c.offset, "fallback clone of the default branch after `||`: when the "
                         "first clone fails, the image silently builds from whatever the default branch holds",
                         "drop the fallback; pin the commit (git checkout <40-hex>) after one clone", cmd=c)
                 continue
-            if not pinned and not checkout:
+            later = [x for i2, x in items[n + 1:] if i2 is ins and command_words(x.text)[:1] == ("git",)
+                     and checkout_ref(command_words(x.text))]
+            always = [x for x in later if _runs_with(x, c)]
+            if not always and not _pinned_later(ctx, ins, c, w, index) and (later or not pinned):
                 branch = next((w[i + 1] for i, x in enumerate(w[:-1]) if x in ("-b", "--branch")), None)
+                where = (f": the checkout is only {later[0].where}, so otherwise the default branch is built"
+                         if later else "")
                 ctx.add("IB101", "error", ins, c.offset, f"git clone{f' of branch/tag {branch}' if branch else ''} "
-                        "without checking out a full commit: the image changes whenever the branch moves",
-                        "git checkout <40-hex commit> after the clone (imgbuild: a git parameter pins the commit)",
-                        cmd=c)
+                        "without checking out a full commit" + (where or ": the image changes whenever the branch "
+                                                                "moves"),
+                        "git checkout <40-hex commit> after the clone, on every path (imgbuild: a git parameter pins "
+                        "the commit)", cmd=c)
                 continue
         if w[:1] == ("git",):
             ref = checkout_ref(w)
-            if ref == "FETCH_HEAD" and pinned:
-                ref = None
+            if ref == "FETCH_HEAD":
+                fetched = _fetched_ref(items, n, ins)
+                ref = None if fetched is None or _verified_head(items, ins) else fetched
             if ref:
                 refs.append((ref, c.offset))
         for a in w:
-            ref = git_url_ref(expand(a, c.values))          # ARG apex_url=git+https://...@25.04
+            value = expand(a, c.values)
+            ref = git_url_ref(value)                    # ARG apex_url=git+https://...@25.04
+            if ref == "HEAD" and "$" in value:
+                continue                                # the whole URL from a build argument: its ref is not known
             if ref:
                 refs.append((ref, c.offset + max(c.text.find(a), 0)))
         for ref, offset in refs:
             ref = expand(ref, c.values)
-            if HEX40.match(ref) or ref.startswith("$"):
+            if HEX40.match(ref) or "$" in ref:
                 continue
             if HEX_SHORT.match(ref):
                 ctx.add("IB102", "error", ins, offset, f"short commit hash {ref!r}: it can become ambiguous, and a "
@@ -260,10 +311,15 @@ def _uv_venv_python(ctx: Context, ins: Instruction, c: Command, w: tuple) -> Non
             or c.values.get("UV_PYTHON_DOWNLOADS") in ("never", "manual"):
         return
     minor = value.rsplit("-", 1)[-1].removeprefix("python")
-    if ctx.base_python and ".".join(ctx.base_python.split(".")[:2]) == minor:
+    if any(i2.stage == ins.stage and i2.line <= ins.line and command_words(x.text)[:3] == ("uv", "python", "install")
+           and any(expand(v, x.values).startswith(minor) for v in command_words(x.text)[3:])
+           for i2, x in ctx.commands if x is not c):
+        return                  # installed by `uv python install` before it (that line is judged there)
+    python = ctx.base(ins).python
+    if python and ".".join(python.split(".")[:2]) == minor:
         return
-    known = f"the base has Python {ctx.base_python}" if ctx.base_python else "the base's Python is not known"
-    ctx.add("IB103", "error" if ctx.base_python else "warning", ins, c.offset + max(c.text.find(asked), 0),
+    known = f"the base has Python {python}" if python else "the base's Python is not known"
+    ctx.add("IB103", "error" if python else "warning", ins, c.offset + max(c.text.find(asked), 0),
             f"uv venv --python {value}: {known}, so uv downloads the newest {minor}.x, which changes with every "
             "patch release", f"pin the interpreter: --python {minor}.<patch>, or a path to the base's python",
             cmd=c)
@@ -304,7 +360,19 @@ def arch_lists(ctx: Context) -> None:
                         "GPU of the build host, or for none", f"set {needed[0]} for the target GPUs in this stage "
                         "(an ARG before FROM does not reach it)")
     by_stage: dict[int, dict] = {}
+    inherited: dict[int, set] = {}          # spellings a stage has from the stage it is built FROM
+    named: dict[str, int] = {}
+    args = global_args(ctx.instructions)
     for ins in ctx.instructions:
+        if ins.keyword == "FROM":
+            w = [x for x in ins.args.split() if not x.startswith("--")]
+            parent = named.get(expand(w[0], args).lower()) if w else None
+            if parent is not None:          # BuildKit: a stage FROM another has its ARG and ENV
+                by_stage[ins.stage] = {k: v for k, v in by_stage.get(parent, {}).items()
+                                       if v[1].keyword in ("ARG", "ENV")}
+                inherited[ins.stage] = set(by_stage[ins.stage])
+            if len(w) >= 3 and w[1].upper() == "AS":
+                named[w[2].lower()] = ins.stage
         spellings = by_stage.setdefault(ins.stage, {})
         if ins.keyword in ("ARG", "ENV", "RUN"):
             for name, (value, off) in assignments(ctx.code.get(id(ins), ins.args)).items():
@@ -313,10 +381,11 @@ def arch_lists(ctx: Context) -> None:
         for m in GENCODE.finditer(ctx.code.get(id(ins), ins.args)):
             old = spellings.get("-gencode", (frozenset(), ins, m.start()))
             spellings["-gencode"] = (old[0] | {m.group(1)}, old[1], old[2])
-    for spellings in by_stage.values():
+    for stage, spellings in by_stage.items():
         sets = {k: {a.rstrip("a") for a in v[0]} for k, v in spellings.items()}
-        if len({frozenset(s) for s in sets.values()}) > 1:
-            _, ins, off = list(spellings.values())[-1]
+        own = [v for k, v in spellings.items() if k not in inherited.get(stage, ()) or v[1].stage == stage]
+        if len({frozenset(s) for s in sets.values()}) > 1 and own:
+            _, ins, off = own[-1]
             shown = "; ".join(f"{k}={','.join(sorted(s))}" for k, s in sorted(sets.items()))
             ctx.add("IB105", "error", ins, off, f"arch lists disagree in one stage ({shown}): the tools build for "
                     "different GPUs", "derive every spelling from one list (imgbuild derives them from gpus)")
@@ -328,15 +397,26 @@ def arg_scope(ctx: Context) -> None:
     from the stage it is built FROM, nor get it from its base image, nor set it in the shell before."""
     globals_ = {i.args.split("=")[0].split()[0] for i in ctx.instructions if i.stage == -1 and i.keyword == "ARG"
                 and i.args.split()}
-    if not globals_:
+    # An ARG of one stage is not in another (unless that one is built FROM it): declared there, used here.
+    staged = {}
+    for i in ctx.instructions:
+        if i.stage >= 0 and i.keyword == "ARG" and i.args.split():
+            staged.setdefault(i.args.split("=")[0].split()[0], i)
+    if not globals_ and not staged:
         return
     var = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
     for ins, c in ctx.commands:
         for m in var.finditer(c.text):
             name = m.group(1)
-            if name in globals_ and name not in PREDEFINED_ARGS and name not in c.values:
+            if name in PREDEFINED_ARGS or name in c.values:
+                continue
+            if name in globals_:
                 ctx.add("IB106", "error", ins, c.offset + m.start(), f"${name} is declared before FROM and not again "
                         "in this stage: it is empty here", f"add `ARG {name}` after the FROM of this stage", cmd=c)
+            elif name in staged and staged[name].stage != ins.stage:
+                ctx.add("IB106", "error", ins, c.offset + m.start(), f"${name} is an ARG of another stage (line "
+                        f"{staged[name].line}), neither declared in this one nor in the stage it is built FROM: it is "
+                        "empty here", f"add `ARG {name}` in this stage", cmd=c)
     for ins in ctx.instructions:
         if ins.stage < 0 or ins.keyword in ("FROM", "ARG", "RUN"):
             continue
@@ -436,7 +516,7 @@ def cuda_flavours(ctx: Context) -> None:
         if not args:
             continue
         branch = _branch_cuda(c)
-        cuda = branch or ctx.base_cuda
+        cuda = branch or ctx.base(ins).cuda
         indexes = _index_values(args)
         for a in args:
             value = expand(a, c.values)
@@ -534,29 +614,38 @@ def torch_replaced(ctx: Context) -> None:
     pins = catalog.torch_pins()
     removed: set[int] = set()       # stages whose base torch a RUN uninstalled
     for ins, c in ctx.commands:
+        base = ctx.base(ins)
         w = command_words(c.text)
         if "uninstall" in w and any(x.lower() == "torch" for x in w):
             removed.add(ins.stage)
         hit, why, source = [], [], replacers.source
+        reqs = []
         for a in pip_requirements(pip_install_args(c.text) or ()):
+            value = expand(a, c.values)
+            m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(?:[=<>!~]=?|$)", value)
+            if "$" in value and m:
+                reqs.append((m.group(1).lower(), "$"))  # torch==${TORCH_VERSION}: the name, a version not known
+                continue
             try:
-                req = Requirement(expand(a, c.values))
+                req = Requirement(value)
             except InvalidRequirement:
                 continue
-            name = req.name.lower()
-            exact = next((s.version for s in req.specifier if s.operator in ("==", "===")), None)
+            reqs.append((req.name.lower(), next((s.version for s in req.specifier if s.operator in ("==", "===")),
+                                                None)))
+        torch_too = any(name in replacers.value for name, _ in reqs)
+        for name, exact in reqs:
             if name in replacers.value:
-                if not (ctx.base_torch_version and name == "torch" and exact == ctx.base_torch_version):
+                if not (base.torch_version and name == "torch" and exact == base.torch_version):
                     hit.append(name)
                 continue
-            if name not in pins:
-                continue
+            if name not in pins or torch_too or exact == "$":
+                continue            # beside torch, pip takes the release that fits that torch: torch is the news
             releases, source = pins[name]
-            said = _torch_pin(name, exact, releases, ctx.base_torch_version)
+            said = _torch_pin(name, exact, releases, base.torch_version)
             if said:
                 hit.append(name)
                 why.append(said)
-        if hit and ctx.base_torch and ins.stage not in removed:
+        if hit and base.torch and ins.stage not in removed:
             ctx.add("IB109", "error", ins, c.offset, f"pip installs {', '.join(hit)} over the base's torch"
                     + (f" ({'; '.join(why)})" if why else "") + ": everything compiled against it (TE, Apex, "
                     "DeepSpeed ops) silently breaks", "install without torch; use --no-build-isolation and keep the "
@@ -643,6 +732,18 @@ def base_by_digest(ctx: Context) -> None:
         shown = image if image == resolved else f"{image} ({resolved})"
         ctx.add("IB112", "warning", ins, 0, f"FROM {shown} by tag alone: the base can change under the same "
                 "Dockerfile", "pin the digest: FROM image:tag@sha256:... (imgbuild records it in stacks.lock.yaml)")
+    for ins in ctx.instructions:
+        # COPY --from=IMAGE takes files out of an image that is no stage: the same floating reference.
+        m = re.search(r"(?:^|\s)--from=(\S+)", ins.args) if ins.keyword in ("COPY", "ADD") else None
+        if not m:
+            continue
+        image, resolved = m.group(1), expand(m.group(1), args)
+        if resolved.lower() in stages or resolved.isdigit() or "@sha256:" in resolved or "$" in resolved or \
+                ("/" not in resolved and ":" not in resolved):
+            continue
+        shown = image if image == resolved else f"{image} ({resolved})"
+        ctx.add("IB112", "warning", ins, m.start(1), f"{ins.keyword} --from={shown} by tag alone: the files copied "
+                "can change under the same Dockerfile", "pin the digest: --from=image:tag@sha256:...")
 
 
 FETCHERS = {"curl", "wget"}
@@ -780,6 +881,11 @@ def _installs(w: tuple, target: str) -> str | None:
     return None
 
 
+def _expanded(c: Command) -> tuple:
+    """A command's words with the variables known where it runs put in."""
+    return tuple(expand(x, c.values) for x in command_words(c.text))
+
+
 def _stage_downloads(ctx: Context) -> dict[int, list]:
     """Per stage: (RUN, command, url, file) of every curl/wget/aria2c that saves a file, in order."""
     out: dict[int, list] = {}
@@ -788,9 +894,10 @@ def _stage_downloads(ctx: Context) -> dict[int, list]:
         if not w:
             continue
         tool = w[0].rsplit("/", 1)[-1]
-        saved = fetched_to(w, c.writes) if tool in FETCHERS else _aria2c(w) if tool == "aria2c" else None
+        ew = _expanded(c)
+        saved = fetched_to(ew, c.writes) if tool in FETCHERS else _aria2c(ew) if tool == "aria2c" else None
         if saved:
-            out.setdefault(ins.stage, []).append((ins, c, saved[0], expand(saved[1], c.values)))
+            out.setdefault(ins.stage, []).append((ins, c, saved[0], saved[1]))
     return out
 
 
@@ -845,7 +952,7 @@ def unverified_download(ctx: Context) -> None:
     for k, (i, c) in enumerate(items):
         w = command_words(c.text)
         if w and w[0].rsplit("/", 1)[-1] in INSTALLERS:
-            for x in w[1:]:
+            for x in _expanded(c)[1:]:                  # tar xzf mft-${MFT_VER}.tgz: the name the shell gives
                 installers.setdefault(x.rsplit("/", 1)[-1], []).append(k)
     for downloads in _stage_downloads(ctx).values():
         for ins, c, url, target in downloads:
@@ -862,9 +969,10 @@ def unverified_download(ctx: Context) -> None:
                     break
                 if checks_before[k] > checks_before[at]:
                     break                               # a checksum checked between the download and its use
-                how = _installs(command_words(x.text), target)
+                how = _installs(_expanded(x), target)
                 if how:
-                    _unverified(ctx, i2, x, url, how + ("" if i2 is ins else f" (downloaded at line {ins.line_at(c.offset)})"))
+                    # Said at the download, where the checksum belongs; the line that uses it is named.
+                    _unverified(ctx, ins, c, url, f"{how} at line {i2.line_at(x.offset)}")
                     break
 
 
@@ -939,37 +1047,57 @@ def apex_python_only(ctx: Context) -> None:
                 "TORCH_CUDA_ARCH_LIST); write APEX_CUDA_EXT=0 if a Python-only Apex is what you want")
 
 
-def _base(instructions: list[Instruction]) -> tuple[Version | None, bool | None, str | None, str | None]:
-    """CUDA, whether torch is there, its version and the Python, from the first FROM (ARG defaults put in):
-    an NGC month from the catalog, nvidia/cuda's tag, pytorch/pytorch's tag; else ENV CUDA_VERSION."""
-    first = next((i for i in instructions if i.keyword == "FROM"), None)
-    image = from_image(first, global_args(instructions))[1].split("@")[0] if first else ""
+@dataclass(frozen=True)
+class Base:
+    cuda: Version | None = None
+    torch: bool | None = None           # whether the image ships torch
+    torch_version: str | None = None
+    python: str | None = None
+
+
+def _image(image: str) -> Base:
+    """What an image reference says it ships: an NGC month from the catalog, nvidia/cuda's tag,
+    pytorch/pytorch's tag."""
+    image = image.split("@")[0]
     ngc = catalog.ngc_release(image)
     if ngc is not None:
         cuda, torch, python = ngc.fact("cuda"), ngc.fact("torch"), ngc.fact("python")
-        return ((Version(cuda.value) if cuda else None), ngc.framework == "pytorch", (torch.value if torch else None),
-                (python.value if python else None))
+        return Base((Version(cuda.value) if cuda else None), ngc.framework == "pytorch", (torch.value if torch else None),
+                    (python.value if python else None))
     if re.search(r"(?:^|/)nvidia/pytorch:", image):
-        return None, True, None, None                       # every NGC PyTorch month ships torch
+        return Base(torch=True)                             # every NGC PyTorch month ships torch
     m = re.search(r"(?:^|/)pytorch/pytorch:(\d+\.\d+\.\d+)-cuda(\d+\.\d+)", image)
     if m:
-        return Version(m.group(2)), True, m.group(1), None
+        return Base(Version(m.group(2)), True, m.group(1))
     m = re.search(r"(?:^|/)cuda:(\d+\.\d+(?:\.\d+)?)", image)
     if m:
-        return Version(m.group(1)), False, None, None
-    env = [assignments(i.args).get("CUDA_VERSION") for i in instructions if i.keyword == "ENV"]
-    env = [e for e in env if e and re.match(r"^\d+\.\d+", e[0])]
-    return (Version(re.match(r"^\d+\.\d+(\.\d+)?", env[0][0]).group(0)) if env else None), None, None, None
+        return Base(Version(m.group(1)), False)
+    return Base()
+
+
+def _stages(instructions: list[Instruction]) -> dict[int, Base]:
+    """Each stage's base: its FROM with the global ARG defaults put in, a stage named there standing for
+    that stage's own base (`FROM ${CUDA_VERSION} AS dev` with CUDA_VERSION=cu128 is the cu128 stage's image)."""
+    args = global_args(instructions)
+    out: dict[int, Base] = {}
+    named: dict[str, int] = {}
+    for ins in instructions:
+        if ins.keyword != "FROM":
+            continue
+        w = [x for x in ins.args.split() if not x.startswith("--")]
+        image = expand(w[0], args) if w else ""
+        out[ins.stage] = out[named[image.lower()]] if image.lower() in named else _image(image)
+        if len(w) >= 3 and w[1].upper() == "AS":
+            named[w[2].lower()] = ins.stage
+    return out
 
 
 def lint_dockerfile(text: str, file: str, base_cuda: Version | None = None,
                     base_torch: bool | None = None) -> list[Finding]:
     """Findings for one Dockerfile. Without base_cuda/base_torch they are read from its first FROM."""
     instructions = parse(text)
-    cuda, torch, version, python = _base(instructions)
-    ctx = Context(file=file, instructions=instructions, base_cuda=base_cuda or cuda,
-                  base_torch=base_torch if base_torch is not None else torch,
-                  base_torch_version=version if base_torch is None else None, base_python=python)
+    ctx = Context(file=file, instructions=instructions, base_cuda=base_cuda, base_torch=base_torch,
+                  stages=_stages(instructions))
     for fn in DOCKERFILE_RULES:
         fn(ctx)
     for ins in ctx.too_deep:
