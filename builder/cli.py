@@ -744,6 +744,57 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
     reply(data)
 
 
+def _emit(site, image: str, nodes: int, procs: int, gpn: int, env: dict, only: str | None, framework: str,
+          emit_k8s: Path | None, emit_sbatch: Path | None, flavor: str | None, name: str, force: bool,
+          partition: str | None, account: str | None, time_limit: str | None) -> None:
+    """`node-check --emit-k8s/--emit-sbatch`: the launch file of the nodes targeted (a site partition's runtime
+    env laid over the stack's), every value checked before it is written, an existing file kept without --force."""
+    from builder import nodecheck
+    from builder.load.k8sconf import K8sSettings
+    from builder.load.slurmconf import SlurmSettings
+    from builder.nodecheck import k8s, sbatch
+    target = site.partition(partition) if site is not None and partition else None
+    if partition and target is None and emit_k8s is not None:
+        known = ", ".join(p.name for p in site.partitions) if site is not None else ""
+        raise SpecError(f"--partition {partition!r}: not a partition of site.partitions",
+                        hint=f"partitions: {known}" if known else "declare it in stacks.yaml's site.partitions")
+    env = {**env, **dict(target.env)} if target else dict(env)
+    out = emit_k8s if emit_k8s is not None else emit_sbatch
+    if out.exists() and not force:
+        raise SpecError(f"{out} exists: nothing was written", hint="--force to overwrite it")
+    worker = nodecheck.worker_file(framework).read_text()
+    args = ["--only", only] if only else None
+    each = "one jax.distributed process" if framework == "jax" else f"{gpn or procs} rank(s)"
+    each += f" on {gpn} GPU(s)" if gpn else " on the CPU only (gloo): no GPU, NCCL or fabric exercised"
+    where = f" on site partition {target.name}" if target else ""
+    if emit_k8s is not None:
+        settings = site.k8s if site is not None else K8sSettings()
+        if target and target.node_selector:
+            from dataclasses import replace as _replace
+            settings = _replace(settings, node_selector=tuple({**dict(settings.node_selector),
+                                                                **dict(target.node_selector)}.items()))
+        flavor = flavor or settings.flavor or k8s.DEFAULT_FLAVOR
+        objects = k8s.manifests(image, nodes, gpn or procs, gpn, env=env, settings=settings, name=name,
+                                worker_args=args, framework=framework, worker=worker,
+                                flavor=flavor)   # refused before anything is written
+        emit_k8s.write_text(k8s.text(objects, name, nodes, flavor))
+        echo(f"ok: {emit_k8s}: {flavor} {name}, {nodes} pod(s) x {each}{where}; run with: kubectl apply -f {emit_k8s}")
+        reply({"k8s": str(emit_k8s), "flavor": flavor, "name": name, "nodes": nodes,
+               "objects": [o["kind"] for o in objects]})
+        return
+    slurm = site.slurm if site is not None else SlurmSettings()
+    text = sbatch.script(image, worker, nodes, gpn or procs, gpn, env=env, settings=slurm,
+                         partition=(target.slurm_partition if target else partition), account=account,
+                         time_limit=time_limit, worker_args=args, framework=framework, name=name,
+                         target=target.name if target else None)   # refused before anything is written
+    emit_sbatch.write_text(text)
+    emit_sbatch.chmod(0o755)
+    echo(f"ok: {emit_sbatch}: {nodes} node(s) x {gpn or procs} task(s)"
+         + (f" on {gpn} GPU(s) each" if gpn else " on the CPU only (gloo): no GPU, NCCL or fabric exercised")
+         + f"{where}; the worker is inside; submit with: sbatch {emit_sbatch}")
+    reply({"sbatch": str(emit_sbatch), "nodes": nodes, "name": name})
+
+
 @app.command(name="node-check")
 def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (its released image) or an image "
                                                       "reference; none with --squashfs or --from-log."),
@@ -756,9 +807,24 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
                only: Optional[str] = typer.Option(None, "--only", help="Comma-separated check ids."),
                emit_sbatch: Optional[Path] = typer.Option(None, "--emit-sbatch", help="Write a Slurm batch script "
                                                           "that runs the check over --nodes nodes, and do not run it."),
-               emit_k8s: Optional[Path] = typer.Option(None, "--emit-k8s", help="Write Kubernetes manifests (an "
-                                                       "Indexed Job, a headless Service, the worker as a ConfigMap) that "
-                                                       "run the check over --nodes nodes, and do not run it."),
+               emit_k8s: Optional[Path] = typer.Option(None, "--emit-k8s", help="Write Kubernetes launch files "
+                                                       "that run the check over --nodes nodes (one pod per node, the "
+                                                       "worker as a ConfigMap, site.k8s's profile), and do not run it."),
+               k8s_flavor: Optional[str] = typer.Option(None, "--k8s-flavor", help="job (default: plain Kubernetes), "
+                                                        "jobset, trainjob (Kubeflow Trainer v2), volcano (gang "
+                                                        "scheduled) or pytorchjob (legacy Training Operator v1); "
+                                                        "site.k8s.flavor sets the site's."),
+               name: str = typer.Option("imgbuild-node-check", "--name", help="The name of the job and of every "
+                                        "object it needs (two checks in one namespace: two names)."),
+               force: bool = typer.Option(False, "--force", help="Overwrite an existing --emit-k8s/--emit-sbatch "
+                                          "file."),
+               partition: Optional[str] = typer.Option(None, "--partition", help="The nodes targeted: a site "
+                                                       "partition (site.partitions: its Slurm partition, node "
+                                                       "selector and runtime env), else a Slurm partition."),
+               account: Optional[str] = typer.Option(None, "--account", help="Slurm account (default "
+                                                     "site.slurm.account)."),
+               time_limit: Optional[str] = typer.Option(None, "--time", help="Slurm time limit (default "
+                                                        "site.slurm.time, 00:30:00)."),
                nodes: int = typer.Option(2, "--nodes", min=1, help="Nodes of the batch job."),
                gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", min=0,
                                                            help="GPUs per node of the batch job, one task per GPU "
@@ -778,10 +844,8 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
     all-reduce bus bandwidth, DeepSpeed ZeRO-2 steps, Megatron-Core TP/PP, the environment of every rank;
     for a JAX image, jax.distributed processes (or host devices) with matmul and collectives by value.
     Exit 8 when a check fails, naming the ranks that disagreed."""
-    import shutil as _shutil
     from builder.ship.engine import Engine
     from builder import nodecheck
-    from builder.nodecheck import sbatch
     json_mode("node-check", json_out)
     env: dict = {}
     if target is None and squashfs is None and from_log is None:
@@ -812,31 +876,11 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
     procs = procs or gpn or 2
     if cpu:
         gpus = False
-    if emit_k8s is not None:
-        from builder.nodecheck import k8s
-        settings = spec.site.k8s if target is not None and target.startswith("stack=") else \
-            (load_spec(file).site.k8s if file.exists() else k8s.K8sSettings())
-        objects = k8s.manifests(image, nodes, gpn or procs, gpn, env=env, settings=settings,
-                                worker_args=["--only", only] if only else None, framework=emitted,
-                                worker=nodecheck.worker_file(emitted).read_text())   # refused before anything is written
-        emit_k8s.write_text(k8s.text(objects, objects[-1]["metadata"]["name"], nodes))
-        each = "one jax.distributed process" if emitted == "jax" else f"{gpn or procs} rank(s)"
-        each += f" on {gpn} GPU(s)" if gpn else " on the CPU only (gloo): no GPU, NCCL or fabric exercised"
-        echo(f"ok: {emit_k8s}: a Job of {nodes} pod(s) x {each}; run with: kubectl apply -f {emit_k8s}")
-        reply({"k8s": str(emit_k8s), "nodes": nodes, "objects": [o["kind"] for o in objects]})
-        return
-    if emit_sbatch is not None:
-        worker = emit_sbatch.resolve().with_name("imgbuild-node-check-worker.py")
-        text = sbatch.script(image, str(worker), nodes, gpn or procs, gpn, env=env,
-                             worker_args=["--only", only] if only else None,
-                             framework=emitted)   # refused before anything is written
-        _shutil.copyfile(nodecheck.worker_file(emitted), worker)
-        emit_sbatch.write_text(text)
-        emit_sbatch.chmod(0o755)
-        echo(f"ok: {emit_sbatch} (and {worker}): {nodes} node(s) x {gpn or procs} task(s)"
-             + (f" on {gpn} GPU(s) each; " if gpn else " on the CPU only (gloo): no GPU, NCCL or fabric exercised; ")
-             + f"submit with: sbatch {emit_sbatch}")
-        reply({"sbatch": str(emit_sbatch), "worker": str(worker), "nodes": nodes})
+    if emit_k8s is not None or emit_sbatch is not None:
+        site = spec.site if target is not None and target.startswith("stack=") else \
+            (load_spec(file).site if file.exists() else None)
+        _emit(site, image, nodes, procs, gpn, env, only, emitted, emit_k8s, emit_sbatch, k8s_flavor, name, force,
+              partition, account, time_limit)
         return
     if from_log is not None:
         text = from_log.read_text(errors="replace")

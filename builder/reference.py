@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from builder.load import ciconf, k8sconf, nodeconf, retention, trustconf
+from builder.load import ciconf, k8sconf, nodeconf, retention, slurmconf, trustconf
 from builder.load import spec as spec_mod
 from builder.load.params import TYPES
 
@@ -45,6 +45,18 @@ KEY_DOCS = {
                         "host, and the cpu-isa check refuses a binary beyond it. Default: derived per stack from its "
                         "GPUs' systems (docs/cpu-baseline.md).",
         "node_check": "The GPU nodes `imgbuild node-check` exercises (below).",
+        "slurm": "What `imgbuild node-check --emit-sbatch` writes into the batch script (below).",
+        "partitions": "The site's partitions, NAME: {slurm_partition, node_selector: {label: value}, env: {NAME: value}}: "
+                      "`node-check --partition NAME` writes launch files for those nodes, their runtime env (HCA "
+                      "names, socket interface, GID index) laid over the stack's (docs/cluster.md).",
+    },
+    "site.slurm": {
+        "partition": "#SBATCH --partition (the flag --partition, or a site partition's slurm_partition, overrides it).",
+        "account": "#SBATCH --account.",
+        "time": "#SBATCH --time (default 00:30:00).",
+        "exclusive": "#SBATCH --exclusive, whole nodes (default true: bus bandwidth is not measured beside another job).",
+        "enroot_version": "The site's Enroot: below 4.0 (the default) pyxis is given REGISTRY#REPO@sha256:..., from 4.0 "
+                          "REGISTRY/REPO@sha256:...",
     },
     "site.node_check": {
         "gpus_per_node": "The GPUs of each node (1-64): a GPU stack's node check and emitted jobs use them. Default: "
@@ -61,9 +73,21 @@ KEY_DOCS = {
                 "promote and `imgbuild verify` accept, each in its period (several: rotation).",
     },
     "site.k8s": {
-        "namespace": "The Kubernetes namespace of the check's Job, Service and ConfigMap (default: kubectl's current one).",
-        "rdma_resources": "Extended resources each pod requests for RDMA/InfiniBand, as the site's device plugin names them, e.g. {rdma/ib: 1}.",
+        "flavor": "The launch files' flavour: job (default, plain Kubernetes), jobset, trainjob (Kubeflow Trainer v2), "
+                  "volcano (gang scheduled) or pytorchjob (legacy); --k8s-flavor overrides it (docs/kubernetes.md).",
+        "namespace": "The Kubernetes namespace of the check's objects (default: kubectl's current one).",
+        "rdma_resources": "Extended resources each pod requests for RDMA/InfiniBand, as the site's device plugin names them, "
+                          "e.g. {rdma/ib: 1} or {rdma/rdma_shared_device_a: 1}.",
         "node_selector": "Node labels the pods must match, e.g. {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}.",
+        "node_affinity": "Node labels one of whose values a node must have (required node affinity), {LABEL: [values]}.",
+        "tolerations": "Tolerations as Kubernetes writes them: [{key, operator: Equal|Exists, value, effect, tolerationSeconds}].",
+        "priority_class": "The pods' priorityClassName.",
+        "scheduler_name": "The pods' schedulerName (a secondary scheduler; the volcano flavour sets volcano).",
+        "queue": "A Volcano queue (the volcano flavour's spec.queue).",
+        "labels": "Labels on every object and pod, e.g. {kueue.x-k8s.io/queue-name: QUEUE} for Kueue.",
+        "annotations": "Annotations on every object and pod, e.g. {k8s.v1.cni.cncf.io/networks: NET} for Multus' secondary NICs.",
+        "host_network": "Pods on the host's network (true where RDMA is only on the host's interfaces); default false.",
+        "shm_size": "The size of each pod's /dev/shm (NCCL's shared memory), default 8Gi.",
         "image_pull_secret": "A Secret (dockerconfigjson) in that namespace for pulling from the site registry.",
     },
     "site.retention": {
@@ -137,7 +161,7 @@ KEY_DOCS = {
         "gpus_per_node": "The GPUs of each node of this stack's partition, where they differ from the site's.",
     },
 }
-SECTIONS = {"top": spec_mod.TOP_KEYS, "site": spec_mod.SITE_KEYS, "site.ci": ciconf.KEYS, "site.trust": trustconf.KEYS, "site.retention": retention.KEYS, "site.k8s": k8sconf.KEYS, "site.node_check": nodeconf.KEYS,
+SECTIONS = {"top": spec_mod.TOP_KEYS, "site": spec_mod.SITE_KEYS, "site.ci": ciconf.KEYS, "site.trust": trustconf.KEYS, "site.retention": retention.KEYS, "site.k8s": k8sconf.KEYS, "site.node_check": nodeconf.KEYS, "site.slurm": slurmconf.SLURM_KEYS,
             "bases.NAME": spec_mod.BASE_KEYS, "layers.NAME": spec_mod.LAYER_KEYS, "stacks.NAME": spec_mod.STACK_KEYS}
 
 

@@ -68,19 +68,30 @@ def test_a_rank_broken_on_purpose_fails_the_check_and_is_named(work, first, faul
 
 
 def test_the_slurm_job_runs_the_check_in_two_tasks(work, first, tmp_path):
+    """Issue 38: the script alone, moved to another directory (the one it was written in removed), is submitted
+    from there and passes: the worker is inside it, and no path of the writer's machine is."""
     why = slurm_cluster()
     if why:
         pytest.fail(why)
     f = str(stacks_file(work, "stacks"))
-    job = tmp_path / "node-check.sbatch"
+    written = tmp_path / "written"
+    written.mkdir()
+    job = written / "node-check.sbatch"
     proc = imgbuild(work, "node-check", "stack=cpu-smoke", "--emit-sbatch", str(job), "--nodes", "1", "--procs", "2",
                     "--only", "env,matmul,collectives,allreduce-bw", "-f", f)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = job.read_text()
     assert "#SBATCH --ntasks-per-node=2" in text and "export DS_ACCELERATOR=cpu" in text
-    sub = subprocess.run(["sbatch", "--wait", "--export=ALL,GLOO_SOCKET_IFNAME=lo", str(job)], cwd=tmp_path,
+    assert "#SBATCH --exclusive" in text and str(tmp_path) not in text and str(work) not in text
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    job = elsewhere / "job.sh"
+    job.write_text(text)
+    import shutil
+    shutil.rmtree(written)
+    sub = subprocess.run(["sbatch", "--wait", "--export=ALL,GLOO_SOCKET_IFNAME=lo", str(job)], cwd=elsewhere,
                          capture_output=True, text=True, timeout=900)
-    logs = sorted(tmp_path.glob("imgbuild-node-check-*.out"))
+    logs = sorted(elsewhere.glob("imgbuild-node-check-*.out"))
     assert sub.returncode == 0 and logs, sub.stdout + sub.stderr + "".join(p.read_text()[-3000:] for p in logs)
     proc = imgbuild(work, "node-check", "--from-log", str(logs[0]), "--json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

@@ -101,7 +101,7 @@ def test_the_cli_writes_nothing_on_a_refused_value(tmp_path):
     out = tmp_path / "check.yaml"
     res = run_cli("node-check", "127.0.0.1:5000/imgbuild/cpu-smoke:cpu-smoke", "--emit-k8s", str(out),
                   "-f", str(write_stacks(tmp_path / "site", shipped_data())))
-    assert res.code == 8 and "not a reference by digest" in res.output and "Traceback" not in res.output, res.output
+    assert res.code == 2 and "not a reference by digest" in res.output and "Traceback" not in res.output, res.output
     assert not out.exists()
 
 

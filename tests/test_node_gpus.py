@@ -133,7 +133,7 @@ def test_a_gpu_stacks_emitted_job_asks_for_its_gpus_one_pod_per_node(tmp_path, r
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
     assert "8" == pod["containers"][0]["command"][pod["containers"][0]["command"].index("--nproc-per-node") + 1]
     anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
-    assert anti["topologyKey"] == "kubernetes.io/hostname" and anti["labelSelector"]["matchLabels"] == {"job-name": "imgbuild-node-check"}
+    assert anti["topologyKey"] == "kubernetes.io/hostname" and anti["labelSelector"]["matchLabels"] == {"imgbuild.io/node-check": "imgbuild-node-check"}
     tool = Path(sys.executable).with_name("kubernetes-validate")
     proc = subprocess.run([str(tool), "--strict", "-k", "1.30.0", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -70,23 +70,41 @@ def test_the_batch_script_runs_one_rank_per_task_with_the_stacks_network_setting
     spec = load_spec(STACKS)
     env = spec.stack("h100-megatron").runtime_env()
     assert env["NCCL_IB_HCA"] == "mlx5" and env["NCCL_SOCKET_IFNAME"] == "^lo,docker0"
-    text = sbatch.script("reg/ns/h100-megatron@sha256:" + "b" * 64, "/shared/w.py", nodes=4, tasks_per_node=8,
-                         gpus_per_node=8, env=env)
+    text = sbatch.script("reg.example/ns/h100-megatron@sha256:" + "b" * 64, nodecheck.WORKER.read_text(), nodes=4,
+                         tasks_per_node=8, gpus_per_node=8, env=env)
     assert "#SBATCH --nodes=4" in text and "#SBATCH --ntasks-per-node=8" in text and "#SBATCH --gpus-per-node=8" in text
+    assert "#SBATCH --exclusive" in text and "#SBATCH --time=00:30:00" in text   # whole nodes by default
     assert "export NCCL_SOCKET_IFNAME='^lo,docker0'" in text and "export NCCL_IB_HCA=mlx5" in text
     assert "RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID" in text
-    assert '--container-image="$IMAGE"' in text and "-e NCCL_IB_HCA" in text
+    assert '--container-image="$PYXIS_IMAGE"' in text and "-e NCCL_IB_HCA" in text
+    # Enroot before 4.0 (the default) reads the registry before a '#'; from 4.0 the reference as it is.
+    assert f"PYXIS_IMAGE='reg.example#ns/h100-megatron@sha256:{'b' * 64}'" in text
+    from builder.load.slurmconf import SlurmSettings
+    newer = sbatch.script("reg.example/ns/h100-megatron@sha256:" + "b" * 64, "print(1)\n", nodes=1, tasks_per_node=1,
+                          settings=SlurmSettings(enroot_version="4.1.0", exclusive=False, partition="gpu"))
+    assert f"PYXIS_IMAGE=reg.example/ns/h100-megatron@sha256:{'b' * 64}" in newer and "--exclusive" not in newer
+    assert "#SBATCH --partition=gpu" in newer
     path = tmp_path / "job.sh"
     path.write_text(text)
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
 
 
-def test_emit_sbatch_writes_the_script_and_the_worker_beside_it(tmp_path):
-    res = run_cli("node-check", "reg.example/ns/img@sha256:" + "c" * 64, "--emit-sbatch", tmp_path / "job.sh",
-                  "--nodes", "2", "--procs", "1", "-f", STACKS)
+def test_emit_sbatch_carries_the_worker_inside_and_names_no_path_of_this_machine(tmp_path):
+    """Issue 38: the script runs from any node and directory. The worker is inside it (written to node-local
+    storage, sbcast to every node), no path of the writer's machine is; an existing file is kept without --force."""
+    job = tmp_path / "job.sh"
+    res = run_cli("node-check", "reg.example/ns/img@sha256:" + "c" * 64, "--emit-sbatch", job,
+                  "--nodes", "2", "--procs", "1", "--partition", "gpu", "--account", "proj", "--time", "00:10:00",
+                  "-f", STACKS)
     assert res.code == 0, res.output
-    assert (tmp_path / "imgbuild-node-check-worker.py").read_text() == nodecheck.WORKER.read_text()
-    assert f"WORKER={tmp_path / 'imgbuild-node-check-worker.py'}" in (tmp_path / "job.sh").read_text()
+    text = job.read_text()
+    assert list(tmp_path.iterdir()) == [job] and str(tmp_path) not in text and "/work/" not in text
+    assert nodecheck.WORKER.read_text().rstrip("\n") in text and 'sbcast --force "$WORKER" "$WORKER"' in text
+    assert "#SBATCH --partition=gpu" in text and "#SBATCH --account=proj" in text and "#SBATCH --time=00:10:00" in text
+    again = run_cli("node-check", "reg.example/ns/img@sha256:" + "c" * 64, "--emit-sbatch", job, "-f", STACKS)
+    assert again.code == 2 and "exists: nothing was written" in again.err and job.read_text() == text
+    assert run_cli("node-check", "reg.example/ns/img@sha256:" + "c" * 64, "--emit-sbatch", job, "--force",
+                   "-f", STACKS).code == 0
 
 
 def test_a_report_read_from_a_job_log_fails_the_command_naming_the_rank(tmp_path):
@@ -101,10 +119,11 @@ def test_a_report_read_from_a_job_log_fails_the_command_naming_the_rank(tmp_path
 def test_the_batch_script_refuses_what_a_shell_would_read_twice(tmp_path, image):
     """The script hands the image to `srun bash -c "..."`: a reference that is not one is refused, not
     quoted and hoped for."""
-    with pytest.raises(nodecheck.NodeCheckFailed, match="cannot carry safely"):
-        sbatch.script(image, "/shared/w.py", nodes=1, tasks_per_node=2)
+    from builder.errors import SpecError
+    with pytest.raises(SpecError, match="cannot carry safely"):
+        sbatch.script(image, "print(1)\n", nodes=1, tasks_per_node=2)
     res = run_cli("node-check", image, "--emit-sbatch", tmp_path / "job.sh", "-f", STACKS)
-    assert res.code == 8 and "cannot carry safely" in res.err and not list(tmp_path.iterdir())   # nothing written
+    assert res.code == 2 and "cannot carry safely" in res.err and not list(tmp_path.iterdir())   # nothing written
 
 
 def test_the_native_gpu_script_skips_every_gpu_step_with_its_reason_here(tmp_path):

@@ -19,7 +19,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.core import catalog, cpubaseline
 from builder.core import platforms
-from builder.load import ciconf, k8sconf, nodeconf, retention, tags, trustconf, versions
+from builder.load import ciconf, k8sconf, nodeconf, retention, slurmconf, tags, trustconf, versions
 from builder.load.ciconf import CiSettings
 from builder.errors import SpecError, SpecErrors, did_you_mean
 from builder.load.kinds import FAMILIES, NGC_FAMILIES, Kind, load_kinds
@@ -46,7 +46,7 @@ DEFAULT_TAGS = ("{stack}", "{stack}-{date}")
 SECTIONS = {"layers": ("base", "layer"), "projects": ("project",), "runtimes": ("runtime",)}
 TOP_KEYS = {"version", "site", "bases", "layers", "projects", "runtimes", "stacks"}
 SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "epoch", "retention", "k8s", "ci", "trust", "catalog",
-             "cpu_baseline", "node_check"}
+             "cpu_baseline", "node_check", "slurm", "partitions"}
 BASE_KEYS = {"image", "digest", "family", "provides", "source", "description"}
 LAYER_KEYS = {"kind", "params", "description"}
 STACK_KEYS = {"extends", "description", "base", "layers", "project", "runtime", "above", "gpus", "tags",
@@ -79,6 +79,12 @@ class Site:
     node_check: nodeconf.NodeCheckSettings = nodeconf.NodeCheckSettings()   # the GPU nodes node-check exercises
     # The site's own catalog file (builder.core.sitecatalog), as written (relative to the stacks file); None: none.
     catalog: str | None = None
+    slurm: slurmconf.SlurmSettings = slurmconf.SlurmSettings()   # what node-check --emit-sbatch writes
+    partitions: tuple = ()   # slurmconf.Partition of each of the site's partitions: per-partition runtime env
+
+    def partition(self, name: str):
+        """The site partition of that name (node-check --partition), or None."""
+        return next((p for p in self.partitions if p.name == name), None)
 
 
 @dataclass(frozen=True)
@@ -479,7 +485,9 @@ class _Loader:
                     retention=retention.parse(self, raw.get("retention")), k8s=k8sconf.parse(self, raw.get("k8s")),
                     ci=ciconf.parse(self, raw.get("ci")), trust=trustconf.parse(self, raw.get("trust"), namespace),
                     cpu_baseline=tuple(self.cpu_levels(("site", "cpu_baseline"), raw.get("cpu_baseline"))),
-                    node_check=nodeconf.parse(self, raw.get("node_check")), catalog=site_catalog)
+                    node_check=nodeconf.parse(self, raw.get("node_check")), catalog=site_catalog,
+                    slurm=slurmconf.parse_slurm(self, raw.get("slurm")),
+                    partitions=tuple(slurmconf.parse_partitions(self, raw.get("partitions")).values()))
 
     def site_catalog(self, value: Any) -> str | None:
         """site.catalog: a file of the catalog's schema beside the stacks file (or by absolute path) whose records
