@@ -281,3 +281,66 @@ def test_a_download_and_its_use_are_matched_with_their_variables_put_in(run, exp
     hits = found(UBUNTU + "ARG V=4.31.0\nRUN " + run + "\n", "IB117")
     assert len(hits) == expected, hits
     assert all(f.line == 3 and " at line 3 " in f.message for f in hits)
+
+
+# -- the third set (docs/lint-corpus-3.yaml) ------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch, expected", [("", 1), ('ENV TORCH_CUDA_ARCH_LIST="9.0"\n', 0)])
+def test_deepspeed_prebuilt_ops_compile_for_deepspeeds_own_list(arch, expected):
+    hits = found(CUDA12 + arch + "RUN DS_BUILD_FUSED_LAMB=1 pip install deepspeed==0.7.7\n", "IB104")
+    assert len(hits) == expected and all("DeepSpeed pre-builds them for its own default list" in f.message
+                                         and "build host" not in f.message for f in hits)
+
+
+@pytest.mark.parametrize("run, expected", [
+    ("cd /opt && pip uninstall -y nvidia-modelopt || true", 0),
+    ("pip install $WHEEL || (echo 'no wheel, building' && MAX_JOBS=1 pip install flash-attn==2.7.4.post1)", 0),
+    ("pip install flash-attn==2.7.4.post1 || (echo 'failed' && true)", 1),
+])
+def test_a_fallback_that_does_the_work_another_way_hides_nothing(run, expected):
+    assert len(found(UBUNTU + f"ARG WHEEL=x.whl\nRUN {run}\n", "IB107")) == expected
+
+
+@pytest.mark.parametrize("run, expected", [
+    ("PIP_CONSTRAINT= pip install --no-deps nvidia-cudnn-cu12==9.1.0.70", 0),
+    ("PIP_CONSTRAINT= pip install nvidia-cudnn-cu12==9.1.0.70", 1),
+    ("PIP_CONSTRAINT= pip install --no-deps torch==2.6.0", 1),
+    ("export PIP_CONSTRAINT= && pip install --no-deps x==1", 1),
+])
+def test_turning_the_constraint_off_matters_where_the_install_can_reach_torch(run, expected):
+    assert len([f for f in found(NGC + f"RUN {run}\n", "IB109") if "PIP_CONSTRAINT" in f.message]) == expected
+
+
+def test_an_arg_default_with_alternative_forms_names_the_base():
+    text = ('ARG CUDA_VERSION=11.3.1\nARG UBUNTU_VERSION=22.04\n'
+            'ARG BASE_IMAGE=${CUDA_VERSION:+"nvidia/cuda:${CUDA_VERSION}-cudnn8-devel-ubuntu${UBUNTU_VERSION}"}\n'
+            'ARG BASE_IMAGE=${BASE_IMAGE:-"ubuntu:${UBUNTU_VERSION}"}\nFROM ${BASE_IMAGE}\n')
+    hits = found(text, "IB112")
+    assert len(hits) == 1 and "nvidia/cuda:11.3.1-cudnn8-devel-ubuntu22.04" in hits[0].message
+    assert "ubuntu:22.04" in found(text.replace("ARG CUDA_VERSION=11.3.1", "ARG CUDA_VERSION="), "IB112")[0].message
+
+
+@pytest.mark.parametrize("run, expected", [
+    ("ARG PYTHON_VERSION=3.10\nRUN curl -fsSL https://bootstrap.pypa.io/get-pip.py | python${PYTHON_VERSION} -", 1),
+    ("ARG TOOL=cat\nRUN curl -fsSL https://bootstrap.pypa.io/get-pip.py | ${TOOL}", 0),
+])
+def test_the_interpreter_a_script_is_piped_to_is_read_through_variables(run, expected):
+    assert len(found(UBUNTU + run + "\n", "IB113")) == expected
+
+
+@pytest.mark.parametrize("run, expected", [
+    ('ARG CERTIFI_VERSION=">=2022.12.7"\nRUN pip install certifi${CERTIFI_VERSION}', 1),
+    ('ARG CERTIFI_VERSION="==2024.8.30"\nRUN pip install certifi${CERTIFI_VERSION}', 0),
+    ("ARG WHAT='mosaicml[all]'\nRUN pip install \"${WHAT}\"", 1),
+    ("ARG WHAT\nRUN pip install \"${WHAT}\"", 0),                      # only a build argument knows it
+    ("RUN pipx install --include-deps transformers==4.57.1 tokenizers", 1),
+])
+def test_requirements_are_judged_with_their_variables_put_in(run, expected):
+    assert len(found(UBUNTU + run + "\n", "IB103")) == expected
+
+
+@pytest.mark.parametrize("url, expected", [("https://github.com/google/jax.git#main", 1),
+                                           (f"https://github.com/google/jax.git#{HEX}", 0)])
+def test_a_repository_url_with_a_ref_after_hash_is_a_git_pin(url, expected):
+    text = UBUNTU + f"ARG URLREF_JAX={url}\nRUN git-clone.sh ${{URLREF_JAX}} /opt/jax\n"
+    assert len(found(text, "IB101")) == expected

@@ -88,17 +88,25 @@ def assignments(text: str) -> dict[str, tuple[str, int]]:
     return found
 
 
-VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-+])((?:[^{}]|\{[^{}]*\})*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def expand(text: str, values: dict) -> str:
-    """$NAME, ${NAME} and ${NAME:-default} replaced where the value is known (a str); others are kept."""
+    """$NAME, ${NAME}, ${NAME:-default} and ${NAME:+alternative} replaced where the value is known (a str);
+    others are kept. A default or alternative is itself expanded and its quotes taken off."""
     def one(m: re.Match) -> str:
-        name = m.group(1) or m.group(3)
+        name = m.group(1) or m.group(4)
         value = values.get(name)
         value = value[0] if isinstance(value, tuple) else value
-        if value is None and m.group(2) is not None:
-            return m.group(2)
+        op, word = m.group(2), m.group(3)
+        if op is not None:
+            word = expand(word, values).replace('"', "").replace("'", "")
+            empty = value is None or (value == "" and op.startswith(":"))
+            if op.endswith("-"):
+                return word if empty else value
+            if value is None and name not in values:
+                return m.group(0)       # not known whether it is set
+            return "" if empty else word
         return value if isinstance(value, str) else m.group(0)
     return VAR.sub(one, text) if "$" in text else text
 

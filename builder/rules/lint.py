@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from functools import cached_property
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -20,7 +21,7 @@ from packaging.version import Version
 
 from builder.core import catalog
 from builder.core.dockerfile import PREDEFINED_ARGS, Dockerfile, Instruction, from_image, global_args, parse
-from builder.core.shellread import MAX_DEPTH, Command
+from builder.core.shellread import MAX_DEPTH, Command, read
 from builder.rules.facts import jax_cuda_of, resolve
 from builder.rules.findings import Finding
 from builder.core.shell import (assignments, checkout_ref, command_words, conda_install, expand, git_url_ref,
@@ -58,7 +59,7 @@ TORCH_FAMILY = {"torch", "torchvision", "torchaudio"}
 CPU_DS_OPS = {catalog.ds_build_var(op)[len("DS_BUILD_"):] for op in catalog.ds_host_ops().value}
 # Commands whose failure changes nothing a build relies on: cleanup and diagnostics. `X || true` is harmless.
 HARMLESS = {"rm", "rmdir", "unlink", "ls", "find", "du", "df", "cat", "echo", "printf", "which", "type", "test", "[",
-            "nvidia-smi", "pkill", "kill", "killall", "umount", "ldconfig", "sync", "true"}
+            "nvidia-smi", "pkill", "kill", "killall", "umount", "ldconfig", "sync", "true", "cd", "pushd", "popd"}
 HARMLESS_SUB = {("apt-get", "clean"), ("apt-get", "autoclean"), ("apt-get", "autoremove"), ("apt-get", "purge"),
                 ("apt-get", "remove"), ("apt", "clean"), ("apt", "autoremove"), ("apt", "purge"), ("apt", "remove"),
                 ("pip", "cache"), ("pip", "uninstall"), ("pip3", "cache"), ("pip3", "uninstall"), ("uv", "cache"),
@@ -107,6 +108,11 @@ class Context(Dockerfile):
     base_python: str | None = None        # that image's Python, when the catalog knows it
     stages: dict = field(default_factory=dict)   # stage -> Base of the image it starts from (FROM a stage: its)
     findings: list = field(default_factory=list)
+
+    @cached_property
+    def global_names(self) -> set[str]:
+        """The ARGs declared before the first FROM."""
+        return set(global_args(self.instructions))
 
     def base(self, ins: Instruction) -> "Base":
         """What the image an instruction's stage starts from ships: given (imgbuild's own layers, where the
@@ -239,8 +245,12 @@ def floating_refs(ctx: Context) -> None:
                 ref = None if fetched is None or _verified_head(items, ins) else fetched
             if ref:
                 refs.append((ref, c.offset))
-        for a in w:
+        for a in w if w[:1] not in (("echo",), ("printf",)) and (w[0].rsplit("/", 1)[-1] if w else "") not in FETCHERS else ():
             value = expand(a, c.values)
+            m = re.fullmatch(r"https?://\S+\.git#([^\s#/]+)", value)
+            if m:                                       # REPO.git#REF given to a clone wrapper (git-clone.sh)
+                refs.append((m.group(1), c.offset + max(c.text.find(a), 0)))
+                continue
             ref = git_url_ref(value)                    # ARG apex_url=git+https://...@25.04
             if ref == "HEAD" and "$" in value:
                 continue                                # the whole URL from a build argument: its ref is not known
@@ -287,16 +297,24 @@ def unpinned_installs(ctx: Context) -> None:
                 ctx.add("IB103", "error", ins, offset + max(text.find(spec), 0), f"{tool} installs {value!r} without "
                         "an exact version: the image changes whenever a new build appears",
                         f"pin it: {value.split('=')[0]}==<version>", cmd=c)
+        tool = "pip"
+        if args is None and w[:2] == ("pipx", "install"):
+            tool, args = "pipx", tuple(x for x in w[2:] if x not in ("--include-deps", "--force", "-f"))
         for a in pip_requirements(args or ()):
-            if a.startswith((".", "/", "git+", "$", "http:", "https:", "file:")) or a.endswith((".whl", ".tar.gz")):
+            # certifi${CERTIFI_VERSION}, "${INSTALL_WHAT}": the values where it runs; an ARG declared only before
+            # FROM and not in the stage is empty there (IB106 says so).
+            value = expand(expand(a, c.values), {k: "" for k in ctx.global_names if k not in c.values}).strip()
+            if not value or "$" in value or value.startswith((".", "/", "git+", "http:", "https:", "file:")) or \
+                    value.endswith((".whl", ".tar.gz")):
                 continue
             try:
-                req = Requirement(a)
+                req = Requirement(value)
             except InvalidRequirement:
                 continue
             if not req.url and not _exact(req):
-                ctx.add("IB103", "error", ins, offset + max(text.find(a), 0), f"pip installs {a!r} without an exact "
-                        "version: the image changes whenever a new release appears", f"pin it: {req.name}==<version>",
+                shown = value if value == a else f"{a} ({value})"
+                ctx.add("IB103", "error", ins, offset + max(text.find(a), 0), f"{tool} installs {shown!r} without an "
+                        "exact version: the image changes whenever a new release appears", f"pin it: {req.name}==<version>",
                         cmd=c)
 
 
@@ -355,6 +373,12 @@ def arch_lists(ctx: Context) -> None:
                         f"{what} compile for the list the base image sets, not for "
                         f"{global_args(ctx.instructions)[needed[0]] or 'the value given'}",
                         f"add `ARG {needed[0]}` after the FROM of this stage")
+            elif not any(v in scope and scope[v][0] != "" for v in needed) and what.startswith("DeepSpeed"):
+                # DeepSpeed's op builder pre-compiles (not JIT) for its own default list when no arch list is
+                # given (op_builder/builder.py, get_default_compute_capabilities), never for the build host.
+                ctx.add("IB104", "error", ins, 0, f"{what} compiled without {needed[0]}: DeepSpeed pre-builds them "
+                        "for its own default list of archs (older releases: 6.0 6.1 7.0 8.0 8.6, no 9.0), not for the "
+                        "GPUs the image is for", f"set {needed[0]} for the target GPUs in this stage")
             elif not any(v in scope and scope[v][0] != "" for v in needed):
                 ctx.add("IB104", "error", ins, 0, f"{what} compiled without {' or '.join(needed)}: it builds for the "
                         "GPU of the build host, or for none", f"set {needed[0]} for the target GPUs in this stage "
@@ -451,6 +475,9 @@ def ignored_exit(ctx: Context) -> None:
                 not re.fullmatch(r"true|:|exit 0|echo\b.*", nxt[1].text.strip()) or \
                 re.search(r"\b(?:exit|return)\s+[1-9]|\bfalse\b|\bkill\b", fallback):
             continue
+        if c.fallback and any(not re.fullmatch(r"true|:|exit 0|(?:echo|printf)\b.*", x.text.strip())
+                              for x in read(c.fallback)[0]):
+            continue        # `|| (echo falling back && pip install ...)`: another way to the same result, not a shrug
         chain = [c.text]
         k = n - 1
         while k >= 0 and items[k][0] is ins and items[k][1].sep == "&&" and not items[k][1].subst:
@@ -657,10 +684,22 @@ def torch_replaced(ctx: Context) -> None:
                     "the packages built with it", "leave the constraint file; pin what you add",
                     source=replacers.source, cmd=c)
     for ins in ctx.instructions:
-        value = assignments(ins.args).get("PIP_CONSTRAINT") if ins.keyword in ("ENV", "RUN", "ARG") else None
+        value = assignments(ins.args).get("PIP_CONSTRAINT") if ins.keyword in ("ENV", "ARG") else None
         if value is not None and value[0] == "":
             ctx.add("IB109", "warning", ins, value[1], "PIP_CONSTRAINT= turns off the constraint that keeps the "
                     "base's torch", "keep the constraint file", source=replacers.source)
+    for ins, c in ctx.commands:
+        # In a RUN: `export PIP_CONSTRAINT=` turns it off for what follows; `PIP_CONSTRAINT= pip install ...` for
+        # that one install, which cannot touch torch when it takes no dependencies and is not torch itself.
+        value = assignments(c.text).get("PIP_CONSTRAINT")
+        if value is None or value[0] != "":
+            continue
+        args = pip_install_args(c.text)
+        if args is not None and "--no-deps" in args and not any(
+                (_req_name(expand(a, c.values)) or "") in replacers.value for a in pip_requirements(args)):
+            continue
+        ctx.add("IB109", "warning", ins, c.offset + value[1], "PIP_CONSTRAINT= turns off the constraint that keeps "
+                "the base's torch", "keep the constraint file", source=replacers.source, cmd=c)
 
 
 @dockerfile_rule
@@ -812,7 +851,7 @@ def piped_installer(ctx: Context) -> None:
         if not url:
             continue
         nxt = items[n + 1] if n + 1 < len(items) and items[n + 1][0] is ins else None
-        runner = command_words(nxt[1].text) if nxt and c.sep == "|" else ()
+        runner = _expanded(nxt[1]) if nxt and c.sep == "|" else ()   # | python${PYTHON_VERSION} -
         if runner and INTERPRETERS.match(runner[0].rsplit("/", 1)[-1]):
             ctx.add("IB113", "warning", ins, nxt[1].offset, f"runs a script fetched from {url} unverified, as root: "
                     "the image runs whatever the server returns that day", "download a pinned release, check its "
