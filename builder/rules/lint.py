@@ -212,6 +212,7 @@ def floating_refs(ctx: Context) -> None:
     not pin a clone that always runs."""
     items = ctx.commands
     index: dict = {}
+    checkouts = None
     for n, (ins, c) in enumerate(items):
         w = command_words(c.text)
         pinned = ctx.pinned[id(ins)]
@@ -225,8 +226,14 @@ def floating_refs(ctx: Context) -> None:
                         "first clone fails, the image silently builds from whatever the default branch holds",
                         "drop the fallback; pin the commit (git checkout <40-hex>) after one clone", cmd=c)
                 continue
-            later = [x for i2, x in items[n + 1:] if i2 is ins and command_words(x.text)[:1] == ("git",)
-                     and checkout_ref(command_words(x.text))]
+            if checkouts is None:                       # once: each RUN's checkouts by position, linear
+                checkouts = {}
+                for k, (i2, x) in enumerate(items):
+                    xw = command_words(x.text)
+                    if xw[:1] == ("git",) and checkout_ref(xw):
+                        checkouts.setdefault(id(i2), []).append(k)
+            positions = checkouts.get(id(ins), [])
+            later = [items[k][1] for k in positions[bisect.bisect_right(positions, n):]]
             always = [x for x in later if _runs_with(x, c)]
             if not always and not _pinned_later(ctx, ins, c, w, index) and (later or not pinned):
                 branch = next((w[i + 1] for i, x in enumerate(w[:-1]) if x in ("-b", "--branch")), None)
