@@ -992,8 +992,11 @@ def export(target: str = typer.Argument(..., help="stack=NAME (its released imag
            out: Path = typer.Option(..., "--out", "-o", help="The file to write (FILE.json beside it: its record)."),
            platform: Optional[str] = typer.Option(None, "--platform", help="Of a release of several platforms, the "
                                                   "one to export (default: this machine's, the node's)."),
+           partition: Optional[str] = typer.Option(None, "--partition", help="A site partition (site.partitions): "
+                                                   "its runtime env is laid over the image's in the file's "
+                                                   "/etc/environment, for those nodes."),
            file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt, as_json: bool = JsonOpt) -> None:
-    """Export a released image for a cluster: the same digest always gives the same bytes."""
+    """Export a released image for a cluster: the same digest (and partition) always gives the same bytes."""
     from builder import export as exporter
     from builder import nodecheck
     json_mode("export", as_json)
@@ -1001,13 +1004,22 @@ def export(target: str = typer.Argument(..., help="stack=NAME (its released imag
         raise SpecError(f"--format {fmt!r} is not a format imgbuild exports", hint="formats: squashfs")
     if platform is not None and platform not in PLATFORMS:
         raise SpecError(f"--platform {platform!r}: not one imgbuild builds", hint="platforms: " + ", ".join(PLATFORMS))
+    chosen = None
+    if partition is not None:
+        site = load_spec(file, kinds=kinds or None).site
+        chosen = site.partition(partition)
+        if chosen is None:
+            known = ", ".join(p.name for p in site.partitions)
+            raise SpecError(f"--partition {partition!r}: not a partition of site.partitions",
+                            hint=f"partitions: {known}" if known else "declare it in stacks.yaml's site.partitions")
     if target.startswith("stack="):
         spec = load_spec(file, kinds=kinds or None)
         image = nodecheck.released_image(spec, select(spec, [target], False)[0])
         provenance = _provenance(spec, image)
     else:
         image, provenance = target, None
-    record = exporter.squashfs(image, out, say=lambda line: echo(line), platform=platform, provenance=provenance)
+    record = exporter.squashfs(image, out, say=lambda line: echo(line), platform=platform, provenance=provenance,
+                               partition=chosen)
     echo(f"ok: {out} ({record['size'] / 1e9:.2f} GB, {record['sha256'][:19]}) from {image} in {record['seconds']} s")
     reply({"out": str(out), "image": image, "record": record})
 

@@ -58,11 +58,14 @@ def image_config(layout: Path) -> dict:
     return blob(manifest["config"]["digest"])
 
 
-def enroot_files(config: dict) -> dict[str, str]:
+def enroot_files(config: dict, env_over: dict | None = None) -> dict[str, str]:
     """What Enroot reads from an image (doc/image-format.md): the environment, the start command (the
-    arguments given at start replace the image's CMD, as with docker run), and the mounts (none)."""
+    arguments given at start replace the image's CMD, as with docker run), and the mounts (none). env_over:
+    a site partition's runtime env, laid over the image's (its HCA names, socket interface, GID index)."""
     cfg = config.get("config") or {}
-    env = "".join(f"{item}\n" for item in cfg.get("Env") or [])
+    items = dict(item.split("=", 1) if "=" in item else (item, "") for item in cfg.get("Env") or [])
+    items.update(env_over or {})
+    env = "".join(f"{k}={v}\n" for k, v in items.items())
     entry = " ".join(shlex.quote(a) for a in cfg.get("Entrypoint") or [])
     cmd = " ".join(shlex.quote(a) for a in cfg.get("Cmd") or [])
     workdir = cfg.get("WorkingDir") or "/"
@@ -77,7 +80,7 @@ def enroot_files(config: dict) -> dict[str, str]:
 
 
 def squashfs(image: str, out: Path, say: Callable[[str], None] = lambda line: None, insecure: bool = True,
-             platform: str | None = None, provenance: dict | None = None) -> dict:
+             platform: str | None = None, provenance: dict | None = None, partition=None) -> dict:
     """Export `image` (a reference by digest: REGISTRY/REPO@sha256:...) to `out`. Returns the record, which
     carries `provenance` (builder.ship.trust.verify_release's, where the site signs) for whoever runs the file.
     platform: the entry of a release of several platforms (an index) to export; default this machine's,
@@ -100,7 +103,7 @@ def squashfs(image: str, out: Path, say: Callable[[str], None] = lambda line: No
         _run(["umoci", "unpack", "--image", f"{layout}:image", str(bundle)], "umoci unpack")
         config = image_config(layout)
         rootfs = bundle / "rootfs"
-        for rel, text in enroot_files(config).items():
+        for rel, text in enroot_files(config, dict(partition.env) if partition else None).items():
             path = rootfs / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             if path.is_symlink() or path.exists():
@@ -125,6 +128,8 @@ def squashfs(image: str, out: Path, say: Callable[[str], None] = lambda line: No
                   "seconds": round(time.time() - started, 1)}
         if provenance is not None:
             record["provenance"] = provenance
+        if partition is not None:   # the file is for those nodes: their env is in its /etc/environment
+            record["partition"] = {"name": partition.name, "env": dict(partition.env)}
         os.replace(part, out)   # a half-written file never has the final name
     out.with_name(out.name + ".json").write_text(json.dumps(record, indent=1) + "\n")
     return record

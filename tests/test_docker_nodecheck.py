@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+from pathlib import Path
 import shutil
 import subprocess
 
@@ -87,7 +87,6 @@ def test_the_slurm_job_runs_the_check_in_two_tasks(work, first, tmp_path):
     elsewhere.mkdir()
     job = elsewhere / "job.sh"
     job.write_text(text)
-    import shutil
     shutil.rmtree(written)
     sub = subprocess.run(["sbatch", "--wait", "--export=ALL,GLOO_SOCKET_IFNAME=lo", str(job)], cwd=elsewhere,
                          capture_output=True, text=True, timeout=900)
@@ -130,6 +129,21 @@ def test_the_squashfs_export_is_reproducible_and_names_the_released_digest(work,
     env = subprocess.run(["unsquashfs", "-cat", str(tmp_path / "a.sqsh"), "etc/environment"], capture_output=True,
                          text=True).stdout
     assert "PATH=/opt/venv/bin:" in env, env   # the venv's PATH, from the image's config
+    # Issue 38: the export for one site partition carries that partition's runtime env over the image's.
+    import yaml
+    data = yaml.safe_load(Path(f).read_text())
+    data["site"]["partitions"] = {"h100": {"env": {"NCCL_IB_HCA": "mlx5_0,mlx5_3", "NCCL_IB_GID_INDEX": "3"}}}
+    Path(f).write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = imgbuild(work, "export", "stack=demo", "--format", "squashfs", "--partition", "h100", "-o",
+                    str(tmp_path / "h100.sqsh"), "-f", str(f), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    part = subprocess.run(["unsquashfs", "-cat", str(tmp_path / "h100.sqsh"), "etc/environment"], capture_output=True,
+                          text=True).stdout
+    assert "NCCL_IB_HCA=mlx5_0,mlx5_3" in part and "NCCL_IB_GID_INDEX=3" in part and "PATH=/opt/venv/bin:" in part
+    assert "NCCL_IB_HCA" not in env
+    assert json.loads((tmp_path / "h100.sqsh.json").read_text())["partition"]["name"] == "h100"
+    res = imgbuild(work, "export", "stack=demo", "--partition", "v100", "-o", str(tmp_path / "no.sqsh"), "-f", str(f))
+    assert res.returncode == 2 and "not a partition of site.partitions" in res.stderr and not (tmp_path / "no.sqsh").exists()
 
 
 def test_the_check_passes_inside_the_squashfs_of_the_released_stack(work, first, tmp_path):

@@ -259,3 +259,11 @@ def test_a_bad_site_k8s_profile_is_refused_naming_the_key(tmp_path, setting, wor
     data["site"]["k8s"] = setting
     res = run_cli("check", "-f", str(write_stacks(tmp_path, data)))
     assert res.code == 2 and "site.k8s." in res.err and words in res.err, res.output
+
+
+def test_the_enroot_environment_of_a_partition_is_the_images_with_the_partitions_over_it():
+    from builder.export import enroot_files
+    config = {"config": {"Env": ["PATH=/opt/venv/bin:/usr/bin", "NCCL_IB_HCA=mlx5"]}}
+    assert enroot_files(config)["etc/environment"] == "PATH=/opt/venv/bin:/usr/bin\nNCCL_IB_HCA=mlx5\n"
+    over = enroot_files(config, {"NCCL_IB_HCA": "mlx5_0,mlx5_1", "NCCL_IB_GID_INDEX": "3"})["etc/environment"]
+    assert over == "PATH=/opt/venv/bin:/usr/bin\nNCCL_IB_HCA=mlx5_0,mlx5_1\nNCCL_IB_GID_INDEX=3\n"
