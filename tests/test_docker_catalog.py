@@ -163,6 +163,16 @@ def test_no_console_error_every_link_resolves_and_a_narrow_window_does_not_overf
     browser.save_screenshot(str(site.parent / "catalog.png"))
 
 
+def test_each_batch_script_carries_the_worker_and_no_path_of_this_machine(site):
+    """Issue 38: the page's batch scripts are node-check's, the worker inside them (they run from any node)."""
+    from builder.nodecheck import WORKER
+    scripts = sorted((site / "sbatch").glob("*.sbatch"))
+    assert scripts and not (site / "imgbuild-node-check-worker.py").exists()
+    for path in scripts:
+        text = path.read_text()
+        assert WORKER.read_text().rstrip("\n") in text and str(site) not in text and "/work/" not in text, path
+
+
 def test_the_json_validates_against_the_shipped_schema_and_no_secret_is_in_the_site(site):
     tool = shutil.which("check-jsonschema") or str(Path(sys.executable).with_name("check-jsonschema"))
     proc = subprocess.run([tool, "--schemafile", str(ROOT / "builder" / "catalog" / "catalog.schema.json"),

@@ -21,7 +21,6 @@ from builder.nodecheck import WORKER
 from builder.nodecheck import sbatch
 
 HERE = Path(__file__).resolve().parent
-WORKER_FILE = "imgbuild-node-check-worker.py"
 
 
 def e(value) -> str:
@@ -48,7 +47,8 @@ def write(out: Path, collected: dict) -> list[str]:
             latest = stack["releases"][0]
             name = f"sbatch/{stack['name']}.sbatch"
             gpus = 8 if latest["gpus"] else 0
-            scripts[stack["name"]] = (name, sbatch.script(latest["reference"], WORKER_FILE, 2, gpus or 1, gpus,
+            # the worker inside the script, as node-check --emit-sbatch writes it: it runs from any node
+            scripts[stack["name"]] = (name, sbatch.script(latest["reference"], WORKER.read_text(), 2, gpus or 1, gpus,
                                                           env=latest["runtime_env"]))
             files[name] = scripts[stack["name"]][1]
         files["index.html"] = page(data, scripts)
@@ -56,7 +56,6 @@ def write(out: Path, collected: dict) -> list[str]:
             path = tmp / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-        shutil.copyfile(WORKER, tmp / WORKER_FILE)
         os.chmod(tmp, 0o755)
         if out.exists():
             old = out.with_name(f".{out.name}.old")
@@ -69,7 +68,7 @@ def write(out: Path, collected: dict) -> list[str]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return sorted([*files, WORKER_FILE])
+    return sorted(files)
 
 
 def _words(values) -> str:
@@ -98,8 +97,8 @@ def page(data: dict, scripts: dict) -> str:
         f"<style>{(HERE / 'page.css').read_text()}</style>", "</head>", "<body>",
         "<header>", "<h1>Training images</h1>",
         f'<p class="muted">Every stack released to <code>{e(where)}</code>, read from the registry on '
-        f'{e(data["generated"])}. The same data as JSON: <a href="catalog.json">catalog.json</a>. '
-        f'Node check worker for the batch scripts: <a href="{WORKER_FILE}">{WORKER_FILE}</a>.</p>', "</header>",
+        f'{e(data["generated"])}. The same data as JSON: <a href="catalog.json">catalog.json</a>.</p>',
+        "</header>",
         "<main>", '<section id="find" aria-label="Find a stack">',
         '<label>Search <input id="q" type="search" placeholder="h100 deepspeed 0.19" autocomplete="off"></label>',
         _select("gpu", "GPU", [(g.lower(), g) for g in gpus]),
@@ -195,7 +194,7 @@ def _stack(stack: dict, script) -> str:
     if script:
         file, text = script
         parts.append(f'<p>The node check on two nodes, as <code>imgbuild node-check --emit-sbatch</code> writes it: '
-                     f'<a href="{e(file)}">{e(file)}</a> (with <a href="{WORKER_FILE}">{WORKER_FILE}</a> beside it), '
+                     f'<a href="{e(file)}">{e(file)}</a> (the worker is inside it: it runs from any node), '
                      f"then <code>sbatch {e(file.rsplit('/', 1)[-1])}</code>.</p>"
                      f"<details><summary>the batch script</summary><pre>{e(text)}</pre></details>")
     if len(stack["releases"]) > 1:
