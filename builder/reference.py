@@ -89,6 +89,9 @@ KEY_DOCS = {
         "host_network": "Pods on the host's network (true where RDMA is only on the host's interfaces); default false.",
         "shm_size": "The size of each pod's /dev/shm (NCCL's shared memory), default 8Gi.",
         "image_pull_secret": "A Secret (dockerconfigjson) in that namespace for pulling from the site registry.",
+        "trainer_runtime": "trainjob: a ClusterTrainingRuntime of the cluster to run (e.g. torch-distributed) instead "
+                           "of the TrainingRuntime imgbuild writes; placement and the worker's mount reach it as a "
+                           "runtime patch (Trainer v2.2 and later).",
     },
     "site.retention": {
         "keep_releases": "The newest N released images of each stack (default 3).",

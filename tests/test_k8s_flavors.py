@@ -267,3 +267,24 @@ def test_the_enroot_environment_of_a_partition_is_the_images_with_the_partitions
     assert enroot_files(config)["etc/environment"] == "PATH=/opt/venv/bin:/usr/bin\nNCCL_IB_HCA=mlx5\n"
     over = enroot_files(config, {"NCCL_IB_HCA": "mlx5_0,mlx5_1", "NCCL_IB_GID_INDEX": "3"})["etc/environment"]
     assert over == "PATH=/opt/venv/bin:/usr/bin\nNCCL_IB_HCA=mlx5_0,mlx5_1\nNCCL_IB_GID_INDEX=3\n"
+
+
+def test_a_trainjob_on_the_clusters_own_runtime_patches_what_a_patch_may_carry():
+    """site.k8s.trainer_runtime: the TrainJob references the cluster's ClusterTrainingRuntime and writes none;
+    placement and the worker's mount go in a runtime patch, which the Trainer's webhook allows to hold no image,
+    no resources and no env on `node` (trainjob_types.go RuntimePatch, jobset plugin validation)."""
+    from dataclasses import replace
+    docs = objects("trainjob", settings=replace(SITE, trainer_runtime="torch-distributed"))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "TrainJob"]
+    job = docs[-1]
+    assert crd_errors(job) == []
+    assert job["spec"]["runtimeRef"] == {"name": "torch-distributed", "kind": "ClusterTrainingRuntime",
+                                         "apiGroup": "trainer.kubeflow.org"}
+    patch = job["spec"]["runtimePatches"][0]
+    assert patch["manager"] == "imgbuild.io/node-check"                  # domain-prefixed, as the webhook wants
+    pod = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    box = pod["containers"][0]
+    assert box["name"] == "node" and set(box) <= {"name", "volumeMounts", "securityContext"}
+    assert set(pod) <= {"affinity", "nodeSelector", "tolerations", "volumes", "imagePullSecrets", "containers"}
+    assert pod["affinity"]["podAntiAffinity"] and {"name": "worker", "configMap": {"name": "imgbuild-node-check-worker"}} \
+        in pod["volumes"]

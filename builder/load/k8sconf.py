@@ -19,6 +19,7 @@ every flavour's launch files (builder/nodecheck/k8s.py).
         host_network: false              # true on clouds whose RDMA is only on the host's interfaces
         shm_size: 16Gi                   # /dev/shm of each pod (NCCL's shared memory), default 8Gi
         image_pull_secret: regcred       # a Secret of type dockerconfigjson in that namespace
+        trainer_runtime: torch-distributed   # trainjob: run the cluster's ClusterTrainingRuntime (default: write one)
 
 Every value is checked here against what Kubernetes accepts (DNS labels and subdomains, qualified names, label
 values, quantities, toleration operators and effects), so that a file is never written with a value the API
@@ -34,7 +35,8 @@ from typing import Any
 from builder.load.params import type_name
 
 KEYS = {"flavor", "namespace", "rdma_resources", "node_selector", "node_affinity", "tolerations", "priority_class",
-        "scheduler_name", "queue", "labels", "annotations", "host_network", "shm_size", "image_pull_secret"}
+        "scheduler_name", "queue", "labels", "annotations", "host_network", "shm_size", "image_pull_secret",
+        "trainer_runtime"}
 FLAVORS = ("job", "jobset", "trainjob", "volcano", "pytorchjob")      # builder.nodecheck.k8s.API's keys
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
@@ -65,6 +67,7 @@ class K8sSettings:
     annotations: tuple = ()         # (key, value)
     host_network: bool = False
     shm_size: str = "8Gi"
+    trainer_runtime: str | None = None   # a ClusterTrainingRuntime of the cluster the trainjob flavour runs on
 
 
 def parse(loader, value: Any) -> K8sSettings:
@@ -88,6 +91,7 @@ def parse(loader, value: Any) -> K8sSettings:
     name("priority_class", DNS_SUBDOMAIN, k8s_name)
     name("scheduler_name", DNS_SUBDOMAIN, k8s_name)
     name("queue", DNS_LABEL, k8s_name)
+    name("trainer_runtime", DNS_SUBDOMAIN, k8s_name)
     name("shm_size", QUANTITY, "a quantity (e.g. 8Gi, 512Mi)")
     if raw.get("flavor") is not None:
         text = loader.string(path + ("flavor",), raw["flavor"])

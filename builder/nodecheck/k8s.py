@@ -200,7 +200,12 @@ def _jobset(name, meta, image, nodes, procs, gpus, env, settings, args, framewor
 def _trainjob(name, meta, image, nodes, procs, gpus, env, settings, args, framework) -> list[dict]:
     """The TrainingRuntime (a JobSet template whose pod is this module's) and the TrainJob that runs it. The
     Trainer sets the `node` container's image, command, env and resources from the TrainJob, and for torch the
-    PET_* variables torchrun reads (rank from the completion index, master NAME-node-0-0.NAME)."""
+    PET_* variables torchrun reads (rank from the completion index, master NAME-node-0-0.NAME). With
+    site.k8s.trainer_runtime the TrainJob runs the cluster's own ClusterTrainingRuntime instead, and the pod's
+    placement and the worker's mount reach it as a runtime patch (Trainer v2.2 and later)."""
+    if settings.trainer_runtime:
+        return [_trainjob_on(settings.trainer_runtime, name, meta, image, nodes, procs, gpus, env, settings, args,
+                             framework)]
     runtime = f"{name}-runtime"
     if framework == "jax":
         policy = {"numNodes": nodes, "jax": {}}
@@ -228,6 +233,34 @@ def _trainjob(name, meta, image, nodes, procs, gpus, env, settings, args, framew
            "spec": {"runtimeRef": {"name": runtime, "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"},
                     "trainer": trainer}}
     return [template, job]
+
+
+# What a runtime patch may set of the trainer's pod (Trainer v2.3.0, trainjob_types.go RuntimePatch): no image,
+# no resources, no env on the `node` container; the manager must be a domain-prefixed path.
+PATCHABLE_POD = ("affinity", "nodeSelector", "tolerations", "volumes", "imagePullSecrets", "priorityClassName")
+
+
+def _trainjob_on(runtime: str, name, meta, image, nodes, procs, gpus, env, settings, args, framework) -> dict:
+    command = (_command("jax", nodes, procs, "$(JOB_COMPLETION_INDEX)", f"{name}-node-0-0.{name}", args)
+               if framework == "jax" else _command("torch", nodes, procs, None, "", args))
+    pod = _pod(name, image, command, {}, gpus, settings, "node", {})
+    box = pod["spec"]["containers"][0]
+    patch_pod = {k: v for k, v in pod["spec"].items() if k in PATCHABLE_POD and k != "priorityClassName"}
+    patch_pod["containers"] = [{"name": "node", "volumeMounts": box["volumeMounts"],
+                                **({"securityContext": box["securityContext"]} if "securityContext" in box else {})}]
+    limits = {**({"nvidia.com/gpu": gpus} if gpus else {}), **dict(settings.rdma_resources)}
+    trainer = {"image": image, "command": command, "numNodes": nodes, "numProcPerNode": procs,
+               "env": [{"name": k, "value": v} for k, v in sorted(env.items())]}
+    if limits:
+        trainer["resourcesPerNode"] = {"limits": limits, "requests": dict(limits)}
+    patch = {"manager": "imgbuild.io/node-check", "trainingRuntimeSpec": {"template": {
+        "metadata": {"labels": dict(pod["metadata"]["labels"])},
+        "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {
+            "metadata": pod["metadata"], "spec": patch_pod}}}}]}}}}
+    return {"apiVersion": API["trainjob"], "kind": "TrainJob", "metadata": meta,
+            "spec": {"runtimeRef": {"name": runtime, "kind": "ClusterTrainingRuntime",
+                                    "apiGroup": "trainer.kubeflow.org"},
+                     "trainer": trainer, "runtimePatches": [patch]}}
 
 
 def _volcano(name, meta, image, nodes, procs, gpus, env, settings, args, framework) -> list[dict]:
