@@ -169,4 +169,4 @@ def parse(loader, value: Any) -> K8sSettings:
     return K8sSettings(**out)
 
 
-__all__ = ["K8sSettings", "parse", "DNS_LABEL", "QUALIFIED", "EXTENDED", "FLAVORS"]
+__all__ = ["K8sSettings", "parse", "DNS_LABEL", "QUALIFIED", "EXTENDED", "FLAVORS", "LABEL_VALUE"]

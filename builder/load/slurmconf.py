@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from builder.load.k8sconf import LABEL_VALUE, QUALIFIED as LABEL_KEY
 from builder.load.params import type_name
 
 SLURM_KEYS = {"partition", "account", "time", "exclusive", "enroot_version"}
@@ -39,8 +40,6 @@ TIME = re.compile(r"^(?:\d+-)?\d{1,2}(?::\d{2}){0,2}\Z|^\d+\Z")       # sbatch -
 VERSION = re.compile(r"^\d+(?:\.\d+){0,2}\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 ENV_VALUE = re.compile(r"^[^\x00-\x1f\x7f'\"`\\$]*\Z")   # what a batch script and a container env carry as is
-LABEL_KEY = re.compile(r"^(?:[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
-LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
 
 
 @dataclass(frozen=True)

@@ -317,7 +317,7 @@ def text(objects: list[dict], name: str, nodes: int, flavor: str = DEFAULT_FLAVO
     kind, path, ok, bad = _DONE[flavor]
     ns = objects[-1]["metadata"].get("namespace")
     n = f" -n {ns}" if ns else ""
-    needs = {"job": "nothing beyond Kubernetes 1.27 (Indexed Jobs)",
+    needs = {"job": "nothing beyond Kubernetes 1.24 (Indexed Jobs)",
              "jobset": "the JobSet controller (jobset.x-k8s.io/v1alpha2; validated against v0.12.0)",
              "trainjob": "Kubeflow Trainer v2 (trainer.kubeflow.org/v1alpha1; validated against v2.3.0) and JobSet",
              "volcano": "the Volcano scheduler and controllers (batch.volcano.sh/v1alpha1; validated against v1.15.1)",
