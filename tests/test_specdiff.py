@@ -3,6 +3,7 @@ compared with the commit before it. No Docker, no registry."""
 
 from __future__ import annotations
 
+import datetime
 import re
 import json
 import shutil
@@ -20,7 +21,15 @@ from conftest import REPO, run_cli
 PIN_V1 = "d89c5dfd761db2eb8352a3c3df6659c984547929"
 PIN_V2 = "1a6d04ff11a3a379285c6dc7862d82d095f0056c"
 DEBIAN_DIGEST = "sha256:" + "ab" * 32
-TODAY = time.strftime("%Y.%m.%d", time.gmtime())
+# The release day is pinned: a suite that runs across midnight UTC must not see two days (CI did).
+FIXED_DAY = datetime.date(2026, 12, 5)
+TODAY = FIXED_DAY.strftime("%Y.%m.%d")
+
+
+@pytest.fixture(autouse=True)
+def fixed_day(monkeypatch):
+    from builder.load import tags
+    monkeypatch.setattr(tags, "today", lambda: FIXED_DAY)
 
 
 def git(repo: Path, *args: str) -> str:

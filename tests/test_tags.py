@@ -109,7 +109,7 @@ def test_a_bad_release_date_stops_before_anything_is_built(tmp_path):
     assert res.code == 2 and "is not a date" in res.err, res.output
 
 
-def test_diff_shows_a_new_commit_as_a_new_tag_where_the_version_alone_would_move_one(tmp_path):
+def test_diff_shows_a_new_commit_as_a_new_tag_where_the_version_alone_would_move_one(tmp_path, monkeypatch):
     """Two commits of a project that declare one version: a `-ds{deepspeed}` tag moves from one to the other,
     a `-{project_commit}` tag is created beside the one before."""
     from builder.diff.specdiff import diff_revisions
@@ -122,7 +122,8 @@ def test_diff_shows_a_new_commit_as_a_new_tag_where_the_version_alone_would_move
     commit(root, "tags")
     edit(root, lambda d: d["projects"]["smoke-train"]["params"]["source"].update(commit=PIN_V2))
     commit(root, "pin")
-    day = tags.today().strftime("%Y%m%d")
+    monkeypatch.setattr(tags, "today", lambda: dt.date(2026, 12, 5))   # one day, even across midnight
+    day = "20261205"
     for _ in range(2):
         smoke = next(s for s in diff_revisions(root / "stacks.yaml", "tags", "pin", offline=True).stacks
                      if s.name == "cpu-smoke")
