@@ -32,6 +32,12 @@ KEY_DOCS = {
         "description": "Free text.",
         "driver_floor": "The oldest NVIDIA driver on the site's GPU nodes (e.g. 580.65.06): preflight checks every base's CUDA against it.",
         "epoch": "A deliberate rebuild of everything: a whole number or a word, an input of every content key (raise it to rebuild every layer). Upgrading imgbuild changes no key by itself.",
+        "source_date_epoch": "The one time, in seconds since 1970, that every file of every layer carries where the engine "
+                             "can fix file times (Podman/Buildah), and SOURCE_DATE_EPOCH at build time (pip writes "
+                             "checked-hash .pyc). Default 315532800 (1980-01-01, the earliest a ZIP entry holds); an input "
+                             "of every key (docs/reproducible.md).",
+        "engine": "What builds: docker (the Docker engine's BuildKit, the default) or podman (Buildah, no daemon); "
+                  "`--engine` overrides it for one run (docs/podman.md).",
         "retention": "What `imgbuild gc` keeps (below).",
         "k8s": "What `imgbuild node-check --emit-k8s` writes into Kubernetes manifests (below).",
         "ci": "How `imgbuild ci` writes pipelines (below).",

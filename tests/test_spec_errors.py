@@ -94,7 +94,7 @@ CASES = [
     Case("unknown-key-in-base", "    family: debian\n", "    family: debian\n    digets: sha256:00  # <==\n",
          "bases.deb.digets", "unknown key 'digets'", BASE_KEYS),
     Case("unknown-key-in-site", "  namespace: imgbuild\n", "  namespace: imgbuild\n  user: me  # <==\n",
-         "site.user", "unknown key 'user'", "allowed: catalog, ci, cpu_baseline, description, driver_floor, epoch, k8s, namespace, node_check, partitions, registry, retention, slurm"),
+         "site.user", "unknown key 'user'", "allowed: catalog, ci, cpu_baseline, description, driver_floor, engine, epoch, k8s, namespace, node_check, partitions, registry, retention, slurm, source_date_epoch, trust"),
     Case("unknown-key-in-layer", "    kind: deepspeed\n", "    kind: deepspeed\n    param: {ops: [cpu_adam]}  # <==\n",
          "layers.ds.param", "unknown key 'param'", LAYER_KEYS),
     Case("unknown-key-in-project", "    kind: megatron\n",

@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import json
 import re
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -41,11 +42,14 @@ IMAGE_REF = re.compile(rf"^(?:\{{registry\}}/|{_DOMAIN}(?::[0-9]+)?/)?{_PATH_COM
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 REGISTRY = re.compile(rf"^{_DOMAIN}(?::[0-9]{{1,5}})?\Z")
 EPOCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+# 1980-01-01 UTC: the earliest time a ZIP entry can hold, so a wheel built under SOURCE_DATE_EPOCH can be written.
+ZIP_EPOCH = 315532800
+ENGINES = ("docker", "podman")
 DRIVER = re.compile(r"^[0-9]{3}(?:\.[0-9]{1,3}){0,2}\Z")  # an NVIDIA Linux driver: 580, 580.65, 580.65.06
 DEFAULT_TAGS = ("{stack}", "{stack}-{date}")
 SECTIONS = {"layers": ("base", "layer"), "projects": ("project",), "runtimes": ("runtime",)}
 TOP_KEYS = {"version", "site", "bases", "layers", "projects", "runtimes", "stacks"}
-SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "epoch", "retention", "k8s", "ci", "trust", "catalog",
+SITE_KEYS = {"registry", "namespace", "description", "driver_floor", "epoch", "source_date_epoch", "engine", "retention", "k8s", "ci", "trust", "catalog",
              "cpu_baseline", "node_check", "slurm", "partitions"}
 BASE_KEYS = {"image", "digest", "family", "provides", "source", "description"}
 LAYER_KEYS = {"kind", "params", "description"}
@@ -68,6 +72,10 @@ class Site:
     # A deliberate "rebuild everything": an input of every content key where set (builder.plan.keys).
     # Nothing else of imgbuild's own (its version, its code) is: see docs/keys.md.
     epoch: str | None = None
+    # The one time every file of every layer carries where the engine can fix file times, and what pip's .pyc
+    # are checked against (SOURCE_DATE_EPOCH): written into each rendered Dockerfile, so an input of every key.
+    source_date_epoch: int = ZIP_EPOCH
+    engine: str = "docker"   # what builds: docker (BuildKit) or podman (Buildah); --engine overrides it
     retention: retention.Retention = retention.Retention()   # what `imgbuild gc` keeps
     k8s: k8sconf.K8sSettings = k8sconf.K8sSettings()       # what node-check --emit-k8s writes
     ci: CiSettings = CiSettings()
@@ -482,6 +490,8 @@ class _Loader:
         return Site(registry=registry, namespace=namespace,
                     driver_floor=self.driver(("site", "driver_floor"), raw.get("driver_floor")),
                     epoch=self.epoch(("site", "epoch"), raw.get("epoch")),
+                    source_date_epoch=self.source_date_epoch(raw.get("source_date_epoch")),
+                    engine=self.engine(raw.get("engine")),
                     retention=retention.parse(self, raw.get("retention")), k8s=k8sconf.parse(self, raw.get("k8s")),
                     ci=ciconf.parse(self, raw.get("ci")), trust=trustconf.parse(self, raw.get("trust"), namespace),
                     cpu_baseline=tuple(self.cpu_levels(("site", "cpu_baseline"), raw.get("cpu_baseline"))),
@@ -533,6 +543,26 @@ class _Loader:
                                hint="the baseline is the one level every node of that platform shares")
             seen[platform] = item
         return list(given)
+
+    def source_date_epoch(self, value: Any) -> int:
+        """Seconds since 1970, from 1980-01-01 (a wheel built beneath it could not be zipped) to now."""
+        if value is None:
+            return ZIP_EPOCH
+        if isinstance(value, bool) or not isinstance(value, int) or not ZIP_EPOCH <= value <= time.time():
+            raise self.err(("site", "source_date_epoch"), f"{redact(str(value))[:40]!r} is not a time for every file: "
+                           f"give whole seconds since 1970, from {ZIP_EPOCH} (1980-01-01, the earliest a ZIP entry "
+                           "holds) to now", hint="e.g. the time of the spec's first release: date -d 2026-01-01 +%s")
+        return value
+
+    def engine(self, value: Any) -> str:
+        if value is None:
+            return "docker"
+        if value not in ENGINES:
+            near = difflib.get_close_matches(str(value).lower(), ENGINES, n=1, cutoff=0.5)
+            raise self.err(("site", "engine"), f"{redact(str(value))[:40]!r} is not an engine imgbuild drives"
+                           + (f" (did you mean {near[0]!r}?)" if near else ""),
+                           hint="docker (BuildKit) or podman (Buildah; no daemon, rootless where the host allows)")
+        return value
 
     def epoch(self, path: tuple, value: Any) -> str | None:
         """A whole number or a short word (2, 2026-12, a date): kept as text, so that 2 and "2" are one epoch."""

@@ -279,12 +279,12 @@ def layer_definition(spec: Spec, stack: Stack, name: str, base_digest: str | Non
     return sha256(json.dumps({"base": [stack.base.image, base_digest or ""], "chain": chain}, sort_keys=True))
 
 
-def _rendered(spec: Spec, stack: Stack, layer: LayerDef, platform: str, texts: dict) -> str:
+def _rendered(spec: Spec, stack: Stack, layer: LayerDef, platform: str, texts: dict, reproducible: bool = False) -> str:
     """The layer's Dockerfile as rendered before the lock pins it, memoised in texts: a layer's text depends only
     on its definition, the base, the arch targets and the platform, so stacks sharing it render it once."""
-    memo = (layer.name, stack.base.name, stack.arch_list if stack.compiles_cuda(layer) else None, platform)
+    memo = (layer.name, stack.base.name, stack.arch_list if stack.compiles_cuda(layer) else None, platform, reproducible)
     if memo not in texts:
-        texts[memo] = render_layer(spec, stack, layer, platform)
+        texts[memo] = render_layer(spec, stack, layer, platform, reproducible=reproducible)
     return texts[memo]
 
 
@@ -357,7 +357,7 @@ def _plan_chain(plan: Plan, spec: Spec, stack: Stack, platform: str, digests: di
     keys = []
     for layer in stack.chain:
         layer = layer.for_platform(platform)
-        text, locked = _rendered(spec, stack, layer, platform, texts), ()
+        text, locked = _rendered(spec, stack, layer, platform, texts, reproducible=True), ()
         entry = python_entry(spec, lock, stack, layer, platform, texts)
         if entry is not None:
             try:

@@ -209,16 +209,21 @@ def _cpu(stack: Stack, platform: str) -> dict:
     return {"level": level.name, "march": level.march, "simd": level.simd}
 
 
-def render_layer(spec: Spec, stack: Stack, layer: LayerDef, platform: str = plat.DEFAULT) -> str:
+def render_layer(spec: Spec, stack: Stack, layer: LayerDef, platform: str = plat.DEFAULT,
+                 reproducible: bool = True) -> str:
+    """reproducible=False leaves out what only fixes the bytes (SOURCE_DATE_EPOCH, the removal of logs): what a
+    lock entry stands for (builder.plan.keys.layer_definition), since neither changes what pip resolves."""
     env = environment(getattr(spec.kinds, "templates", None) or spec.root)
     ctx = layer_context(stack, layer, platform)
+    ctx.update(reproducible=reproducible, source_date_epoch=spec.site.source_date_epoch)
     try:
         fragment = env.get_template(layer.kind.fragment).render(**ctx)
         bad = FORBIDDEN.search(fragment)
         if bad:
             raise RenderError(f"{layer.kind.folder.parent.name}/{layer.kind.fragment} writes {bad.group(1).upper()}; fragments must "
                               "not: the skeleton Dockerfile.j2 writes the stage and the labels")
-        text = env.get_template("Dockerfile.j2").render(fragment=fragment.strip("\n"), **ctx)
+        runs = any(line.startswith("RUN ") for line in fragment.splitlines())
+        text = env.get_template("Dockerfile.j2").render(fragment=fragment.strip("\n"), runs=runs, **ctx)
     except jinja2.TemplateError as exc:
         where = getattr(exc, "filename", None) or layer.kind.fragment
         line = getattr(exc, "lineno", None)

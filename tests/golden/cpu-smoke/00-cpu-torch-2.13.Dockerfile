@@ -2,6 +2,9 @@
 ARG PARENT
 FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# One time for every file this layer writes (docs/reproducible.md): pip compiles checked-hash .pyc, and an
+# engine that can fix file times (Buildah --timestamp) stamps the layer with it. From site.source_date_epoch.
+ARG SOURCE_DATE_EPOCH=315532800
 
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends -- python3 python3-venv python3-dev g++ ca-certificates \
@@ -25,6 +28,11 @@ RUN mkdir -p /etc/imgbuild \
  && python -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > /etc/imgbuild/constraints.txt \
  && cat /etc/imgbuild/constraints.txt
 ENV PIP_CONSTRAINT=/etc/imgbuild/constraints.txt
+
+# What records when, or in what order, this build ran leaves the layer: installer logs and the caches
+# that hold times or inode numbers. Nothing a program reads at run time.
+RUN rm -rf /var/log/apt/*.log /var/log/apt/eipp.log.xz /var/log/dpkg.log /var/log/alternatives.log \
+        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 
 LABEL io.imgbuild.layer="cpu-torch-2.13" \
       io.imgbuild.kind="cpu-torch"

@@ -2,6 +2,9 @@
 ARG PARENT
 FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# One time for every file this layer writes (docs/reproducible.md): pip compiles checked-hash .pyc, and an
+# engine that can fix file times (Buildah --timestamp) stamps the layer with it. From site.source_date_epoch.
+ARG SOURCE_DATE_EPOCH=315532800
 
 # Ops compiled now rather than JIT-compiled on every node at first use.
 RUN --mount=type=bind,source=imgbuild-lock,target=/imgbuild-lock \
@@ -30,6 +33,11 @@ RUN --mount=type=bind,source=imgbuild-lock,target=/imgbuild-lock \
     export DS_BUILD_CPU_ADAM=1; \
     export DS_BUILD_SHM_COMM=1; \
     python -m pip install --progress-bar off --no-build-isolation --no-deps --require-hashes -r /imgbuild-lock/00.txt
+
+# What records when, or in what order, this build ran leaves the layer: installer logs and the caches
+# that hold times or inode numbers. Nothing a program reads at run time.
+RUN rm -rf /var/log/apt/*.log /var/log/apt/eipp.log.xz /var/log/dpkg.log /var/log/alternatives.log \
+        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 
 LABEL io.imgbuild.layer="ds-0.19.8-cpu" \
       io.imgbuild.kind="deepspeed"

@@ -2,6 +2,9 @@
 ARG PARENT
 FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# One time for every file this layer writes (docs/reproducible.md): pip compiles checked-hash .pyc, and an
+# engine that can fix file times (Buildah --timestamp) stamps the layer with it. From site.source_date_epoch.
+ARG SOURCE_DATE_EPOCH=315532800
 # Target GPUs: one arch list, spelled for each build tool (TORCH_CUDA_ARCH_LIST, TE, CMake).
 ARG TORCH_CUDA_ARCH_LIST="9.0"
 ARG NVTE_CUDA_ARCHS="90"
@@ -47,6 +50,11 @@ RUN mkdir -p /usr/local/libexec/imgbuild; \
         dirname "$(readlink -f "$lib")" > /etc/ld.so.conf.d/imgbuild-nccl-tests.conf && ldconfig; \
     fi
 ENV PATH="/opt/nccl-tests/bin${PATH:+:${PATH}}"
+
+# What records when, or in what order, this build ran leaves the layer: installer logs and the caches
+# that hold times or inode numbers. Nothing a program reads at run time.
+RUN rm -rf /var/log/apt/*.log /var/log/apt/eipp.log.xz /var/log/dpkg.log /var/log/alternatives.log \
+        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 
 LABEL io.imgbuild.layer="nccl-tests-2.19.6" \
       io.imgbuild.kind="nccl-tests" \

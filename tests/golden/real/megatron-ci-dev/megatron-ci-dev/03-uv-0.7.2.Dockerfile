@@ -2,6 +2,9 @@
 ARG PARENT
 FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# One time for every file this layer writes (docs/reproducible.md): pip compiles checked-hash .pyc, and an
+# engine that can fix file times (Buildah --timestamp) stamps the layer with it. From site.source_date_epoch.
+ARG SOURCE_DATE_EPOCH=315532800
 
 RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \
@@ -12,6 +15,11 @@ RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     if [ -s /run/secrets/pip-index-url ]; then PIP_INDEX_URL="$(cat /run/secrets/pip-index-url)"; export PIP_INDEX_URL; fi; \
     export PIP_USER=1; \
     python -m pip install --progress-bar off uv==0.7.2
+
+# What records when, or in what order, this build ran leaves the layer: installer logs and the caches
+# that hold times or inode numbers. Nothing a program reads at run time.
+RUN rm -rf /var/log/apt/*.log /var/log/apt/eipp.log.xz /var/log/dpkg.log /var/log/alternatives.log \
+        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 
 LABEL io.imgbuild.layer="uv-0.7.2" \
       io.imgbuild.kind="pip"

@@ -2,9 +2,17 @@
 ARG PARENT
 FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# One time for every file this layer writes (docs/reproducible.md): pip compiles checked-hash .pyc, and an
+# engine that can fix file times (Buildah --timestamp) stamps the layer with it. From site.source_date_epoch.
+ARG SOURCE_DATE_EPOCH=315532800
 
 # Removes packages the parent ships; the reason is in stacks.yaml and in `imgbuild plan --explain`.
 RUN python -m pip uninstall -y transformer-engine apex nemo_toolkit sacrebleu megatron-core
+
+# What records when, or in what order, this build ran leaves the layer: installer logs and the caches
+# that hold times or inode numbers. Nothing a program reads at run time.
+RUN rm -rf /var/log/apt/*.log /var/log/apt/eipp.log.xz /var/log/dpkg.log /var/log/alternatives.log \
+        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 
 LABEL io.imgbuild.layer="drop-shipped" \
       io.imgbuild.kind="pip"

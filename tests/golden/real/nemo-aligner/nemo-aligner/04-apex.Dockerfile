@@ -2,6 +2,9 @@
 ARG PARENT
 FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# One time for every file this layer writes (docs/reproducible.md): pip compiles checked-hash .pyc, and an
+# engine that can fix file times (Buildah --timestamp) stamps the layer with it. From site.source_date_epoch.
+ARG SOURCE_DATE_EPOCH=315532800
 # Target GPUs: one arch list, spelled for each build tool (TORCH_CUDA_ARCH_LIST, TE, CMake).
 ARG TORCH_CUDA_ARCH_LIST="8.0;9.0"
 ARG NVTE_CUDA_ARCHS="80;90"
@@ -39,6 +42,11 @@ RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     python -m pip install -v --progress-bar off --no-build-isolation \
         --config-settings '--build-option=--cpp_ext --cuda_ext --fast_layer_norm --distributed_adam --deprecated_fused_adam' . \
  && rm -rf build
+
+# What records when, or in what order, this build ran leaves the layer: installer logs and the caches
+# that hold times or inode numbers. Nothing a program reads at run time.
+RUN rm -rf /var/log/apt/*.log /var/log/apt/eipp.log.xz /var/log/dpkg.log /var/log/alternatives.log \
+        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 
 LABEL io.imgbuild.layer="apex" \
       io.imgbuild.kind="apex" \

@@ -2,6 +2,9 @@
 ARG PARENT
 FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# One time for every file this layer writes (docs/reproducible.md): pip compiles checked-hash .pyc, and an
+# engine that can fix file times (Buildah --timestamp) stamps the layer with it. From site.source_date_epoch.
+ARG SOURCE_DATE_EPOCH=315532800
 
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends -- bc libsox-fmt-all \
@@ -10,6 +13,11 @@ ENV HYDRA_FULL_ERROR="1" \
     PYTHONUNBUFFERED="1" \
     TRANSFORMERS_OFFLINE="0"
 WORKDIR /workspace
+
+# What records when, or in what order, this build ran leaves the layer: installer logs and the caches
+# that hold times or inode numbers. Nothing a program reads at run time.
+RUN rm -rf /var/log/apt/*.log /var/log/apt/eipp.log.xz /var/log/dpkg.log /var/log/alternatives.log \
+        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 
 LABEL io.imgbuild.layer="nemo-system" \
       io.imgbuild.kind="system-setup" \
