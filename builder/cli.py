@@ -119,18 +119,23 @@ def prepared_for(file: Path, kinds, selectors: Optional[List[str]], all_: bool, 
     return prepare(spec, select(spec, selectors, all_), bases=bases)
 
 
+EngineOpt = typer.Option(None, "--engine", metavar="docker|podman",
+                         help="What builds and runs the checks: docker (BuildKit) or podman (Buildah, no daemon). "
+                              "Default: IMGBUILD_ENGINE, else site.engine, else docker.")
+
+
 @app.command()
 def check(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_: bool = AllOpt,
           kinds: Optional[List[Path]] = KindsOpt,
           strict: bool = typer.Option(False, "--strict", help="Warnings are errors too (waived ones excepted)."),
-          require_locked: bool = RequireLockedOpt,
+          require_locked: bool = RequireLockedOpt, engine: Optional[str] = EngineOpt,
           as_json: bool = JsonOpt) -> None:
     """Validate stacks.yaml, render the selected stacks, run preflight and lint (no Docker needed)."""
     from builder.rules.review import review
     json_mode("check", as_json)
     prepared = prepared_for(file, kinds, selectors, all_)   # rendered Dockerfiles need no base digest
     spec, names = prepared.spec, prepared.names
-    result = review(prepared, strict, require_locked)
+    result = review(prepared, strict, require_locked, engine or os.environ.get("IMGBUILD_ENGINE"))
     ok = not result.errors()
     # The CPU level each stack's compiled host code is built for, and why (declared, derived, default).
     baselines = {s.name: {p: s.cpu_baseline(p) for p in s.platforms} for s in prepared.stacks}
@@ -297,7 +302,7 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
               help="How the build is shown: tty, a status line per layer at work, redrawn in place; plain, "
                    "lines only, with a heartbeat for a layer silent for 30 s; auto, tty on a terminal outside "
                    "CI. Every line names its layer; the full engine output is in the run folder either way."),
-          require_locked: bool = RequireLockedOpt,
+          require_locked: bool = RequireLockedOpt, engine: Optional[str] = EngineOpt,
           as_json: bool = typer.Option(False, "--json", help="The run's report (report.json) in the envelope "
                                        "{ok, verb, ...} on stdout; progress goes to stderr.")) -> None:
     """Build what the registry lacks, validate every image, then move the release tags."""
@@ -307,7 +312,8 @@ def build(selectors: Optional[List[str]] = Selectors, file: Path = FileOpt, all_
     prepared = prepared_for(file, kinds, selectors, all_, bases="all")
     names = prepared.names
     report = run_build(prepared, say=lambda line: echo(line), docker=docker, date=date, node=node, jobs=jobs,
-                       progress=progress, out=sys.stderr if as_json else sys.stdout, require_locked=require_locked)
+                       progress=progress, out=sys.stderr if as_json else sys.stdout, require_locked=require_locked,
+                       engine=engine)
     built = sum(1 for r in report.nodes.values() if r.action == "build")
     if node:
         res = next(iter(report.nodes.values()))
@@ -426,7 +432,8 @@ def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAM
              platform: Optional[str] = typer.Option(None, "--platform", help="Of a stack of several platforms, "
                                                     "check this platform's image only (e.g. linux/arm64 on a Grace "
                                                     "node); default: each platform's."),
-             docker: Optional[str] = typer.Option(None, "--docker"), as_json: bool = JsonOpt) -> None:
+             docker: Optional[str] = typer.Option(None, "--docker"), engine: Optional[str] = EngineOpt,
+             as_json: bool = JsonOpt) -> None:
     """Re-run the in-image checks of existing images (no target: every stack's) and record the results
     beside them."""
     from builder.ship.pipeline import validate as run_validate
@@ -439,7 +446,8 @@ def validate(targets: Optional[List[str]] = typer.Argument(None, help="stack=NAM
     names = [s.name for s in chosen]
     # An image is matched against every stack's layers; a stack=NAME against its own.
     prepared = prepare(spec, list(spec.stacks.values()) if images else chosen, bases="all")
-    if not run_validate(prepared, chosen, images, say=lambda line: echo(line), docker=docker, platform=platform):
+    if not run_validate(prepared, chosen, images, say=lambda line: echo(line), docker=docker, platform=platform,
+                        engine=engine):
         raise ValidationFailed("checks failed (see above); nothing was tagged")
     echo("ok: every check passed or was skipped with its reason")
     reply({"stacks": names, "images": images})
@@ -956,14 +964,30 @@ def verify(target: str = typer.Argument(..., help="stack=NAME (its released imag
                                         "(REGISTRY/REPO:TAG or REGISTRY/REPO@DIGEST)."),
            keys: Optional[List[Path]] = typer.Option(None, "--key", help="A trusted public key (PEM), instead of "
                                                      "the stacks file's site.trust.keys: how a cluster node checks."),
+           rebuild: bool = typer.Option(False, "--rebuild", help="Instead: build the image's chain again on a clean "
+                                        "engine from this checkout's spec and lock, each layer on its released parent, "
+                                        "and report per layer whether the same key gave the same bytes, with the files "
+                                        "that differ and why. Exit 0 all identical, 1 some differ."),
+           engine: Optional[str] = EngineOpt,
+           layer: Optional[List[str]] = typer.Option(None, "--layer", help="With --rebuild: only this layer (again for "
+                                                     "more), still on its released parent."),
+           record: bool = typer.Option(False, "--record", help="With --rebuild: store the result beside the released "
+                                       "image (the catalog shows it)."),
+           docker: Optional[str] = typer.Option(None, "--docker"),
            file: Path = FileOpt, kinds: Optional[List[Path]] = KindsOpt, as_json: bool = JsonOpt) -> None:
     """Verify a released image's signed provenance: the release's attestation and each layer image's, by the
     site's trusted keys, each naming the very bytes checked. Prints what built it, from which revision, and
-    what it passed. Exit 0 verified, 10 refused (the reason named)."""
+    what it passed. Exit 0 verified, 10 refused (the reason named). With --rebuild: whether it builds again
+    to the same bytes."""
     from builder import nodecheck
     from builder.ship import trust
     from builder.ship.registry import Ref, Registry
     json_mode("verify", as_json)
+    if rebuild:
+        _verify_rebuild(target, file, kinds, engine, docker, record, tuple(layer or ()))
+        return
+    if record or engine or layer:
+        raise SpecError("--record, --layer and --engine go with --rebuild")
     spec = load_spec(file, kinds=kinds or None) if (not keys or target.startswith("stack=")) else None
     if keys:
         settings = trust.keys_from_files(keys)
@@ -984,6 +1008,36 @@ def verify(target: str = typer.Argument(..., help="stack=NAME (its released imag
         echo(line)
     echo(f"ok: verified {reg.host}/{ref.repo}@{digest} (key {report['signed_by']})")
     reply(report)
+
+
+def _verify_rebuild(target: str, file: Path, kinds, engine: str | None, docker: str | None, record: bool,
+                    layers: tuple = ()) -> None:
+    from builder.plan.layout import release_repo
+    from builder.ship import reproduce
+    from builder.ship.registry import Ref, Registry
+    if record and layers:
+        raise SpecError("--record stores the rebuild of a whole image; with --layer only part of it was rebuilt",
+                        hint="drop --layer to record, or --record to rebuild one layer")
+    spec = load_spec(file, kinds=kinds or None)
+    chosen = select(spec, [target], False) if target.startswith("stack=") else list(spec.stacks.values())
+    prepared = prepare(spec, chosen, bases="all")
+    report = reproduce.rebuild(prepared, target, say=lambda line: echo(line), engine_kind=engine, docker=docker,
+                               layers=layers)
+    total, same = len(report.layers), report.identical
+    timed = sum(1 for v in report.layers if v.time_only)
+    echo(f"{'ok' if same == total else 'differs'}: {same} of {total} layer(s) rebuilt to identical bytes on "
+         f"{report.engine}" + (f"; {timed} differ in file times alone, which this engine cannot fix" if timed else ""))
+    for v in report.layers:
+        if not v.identical and not v.time_only:
+            echo(f"  drifts: {v.layer} ({v.key[:12]}): " + "; ".join(f"{n} x {c}" for c, n in list(v.causes.items())[:3]))
+    if record:
+        reg = Registry(spec.site.registry)
+        repo = (release_repo(spec.site.namespace, report.stack) if target.startswith("stack=")
+                else Ref.parse(target).repo)
+        echo(f"recorded: {reproduce.record(reg, spec, report, repo)}")
+    reply(report.to_json())
+    if same != total:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -3,7 +3,8 @@
 # the registry, the base and the git mirror: what building and releasing need):
 #   1. packages: skopeo (a second registry client), rsync (gitlab-ci-local copies the checkout with it),
 #      squashfs-tools + umoci (imgbuild export), slurm-wlm + munge (a one-machine cluster), chromium +
-#      chromium-driver (the catalog page opened in a real browser, headless)
+#      chromium-driver (the catalog page opened in a real browser, headless), podman + buildah (the
+#      daemonless engine, --engine podman; verify --rebuild reads layers with skopeo)
 #   2. gitlab-ci-local (npm), which runs the pipelines `imgbuild ci gitlab` writes, for real
 #   3. a one-machine Slurm cluster (scripts/slurm-local.sh) for the node check's batch job
 #   4. nvcc and cuobjdump from PyPI (scripts/cuda-toolchain.sh), for the arch-coverage reader's tests
@@ -17,7 +18,7 @@ set -euo pipefail
 
 STATE_DIR="${IMGBUILD_STATE_DIR:-/var/lib/imgbuild}"
 LOG_DIR="${IMGBUILD_LOG_DIR:-/var/log/imgbuild}"
-PACKAGES=(skopeo rsync squashfs-tools umoci slurm-wlm munge chromium chromium-driver)
+PACKAGES=(skopeo rsync squashfs-tools umoci slurm-wlm munge chromium chromium-driver podman buildah)
 GITLAB_CI_LOCAL_VERSION=4.73.0  # 4.74 and later need Node 22
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -36,7 +37,7 @@ flock -w 900 9 || die "another setup-test-host.sh holds $STATE_DIR/setup-test.lo
 
 # ---------------------------------------------------------------- 1. packages
 install_missing "${PACKAGES[@]}"
-for b in /usr/bin/skopeo /usr/bin/rsync /usr/bin/mksquashfs /usr/bin/umoci /usr/bin/sbatch; do
+for b in /usr/bin/skopeo /usr/bin/rsync /usr/bin/mksquashfs /usr/bin/umoci /usr/bin/sbatch /usr/bin/podman /usr/bin/buildah; do
     [ -x "$b" ] || die "$b missing after install"
 done
 

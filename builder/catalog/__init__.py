@@ -131,6 +131,7 @@ class _Collector:
                # waived, or a card written before waivers were.
                "gpu_checks_waived": _waiver((stack_card or {}).get("gpu_checks_waived")),
                "provenance": self.provenance(repo, digest),
+               "rebuild": self.rebuild(repo, digest),
                "platforms": [self.platform(repo, p, i, full) for p, i in images.items()]}
         return out
 
@@ -146,6 +147,24 @@ class _Collector:
             return {"verified": False, "error": _text(exc.message, 300)}
         return {"verified": True, "signed_by": _text(found["signed_by"]), "signed_at": _text(found["signed_at"]),
                 "builder": _text(found.get("builder")), "commit": _text((found.get("spec") or {}).get("commit"))}
+
+    def rebuild(self, repo: str, digest: str) -> dict | None:
+        """What `verify --rebuild --record` found for this release (docs/reproducible.md), or None: never rebuilt."""
+        from builder.ship import reproduce
+        try:
+            found = reproduce.recorded(self.reg, repo, digest)
+        except RegistryError as exc:
+            self.say(f"note: {repo}@{digest[:19]}: its rebuild result cannot be read ({str(exc)[:120]})")
+            return None
+        if not found:
+            return None
+        layers = [v for v in found.get("layers") or [] if isinstance(v, dict)]
+        return {"engine": _text(found.get("engine")), "when": _text(found.get("when")),
+                "identical": sum(1 for v in layers if v.get("identical") is True), "total": len(layers),
+                "time_only": [_text(v.get("layer")) for v in layers if v.get("time_only") is True],
+                "drifting": [_text(v.get("layer")) for v in layers
+                             if v.get("identical") is not True and v.get("time_only") is not True],
+                "file_times": _text(found.get("file_times"), 300)}
 
     def card(self, repo: str, digest: str) -> dict | None:
         try:

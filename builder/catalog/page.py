@@ -158,6 +158,19 @@ def _provenance(found: dict | None) -> str:
             f"{e(commit)}</dd>")
 
 
+def _rebuild(found: dict | None) -> str:
+    """What rebuilding the release gave (verify --rebuild --record); nothing where it was never rebuilt."""
+    if not found:
+        return ""
+    text = (f"{found['identical']} of {found['total']} layers identical on {found.get('engine') or '?'}"
+            f" ({(found.get('when') or '')[:10]})")
+    if found.get("drifting"):
+        text += "; drifting: " + ", ".join(str(x) for x in found["drifting"])
+    if found.get("time_only"):
+        text += "; file times only (the engine could not fix them): " + ", ".join(str(x) for x in found["time_only"])
+    return f"<dt>rebuilt</dt><dd>{e(text)}</dd>"
+
+
 def waived_text(release: dict) -> str:
     """What a reader of the catalog sees of a release made without GPU proof (site.ci.gpu_checks)."""
     return f"GPU checks waived: {release['gpu_checks_waived']}"
@@ -180,7 +193,7 @@ def _stack(stack: dict, script) -> str:
                  f"<dt>built</dt><dd>{e(r['created'] or '-')}</dd>"
                  f"<dt>GPUs</dt><dd>{e(gpus)}</dd>"
                  + (f'<dt>GPU checks</dt><dd class="bad">{e(waived_text(r))}</dd>' if r.get("gpu_checks_waived") else "")
-                 + _provenance(r.get("provenance"))
+                 + _provenance(r.get("provenance")) + _rebuild(r.get("rebuild"))
                  + f"<dt>platforms</dt><dd>{e(', '.join(p['platform'] for p in r['platforms']))}</dd></dl>")
     for p in r["platforms"]:
         parts.append(_platform(p, len(r["platforms"]) > 1))

@@ -75,7 +75,7 @@ class Site:
     # The one time every file of every layer carries where the engine can fix file times, and what pip's .pyc
     # are checked against (SOURCE_DATE_EPOCH): written into each rendered Dockerfile, so an input of every key.
     source_date_epoch: int = ZIP_EPOCH
-    engine: str = "docker"   # what builds: docker (BuildKit) or podman (Buildah); --engine overrides it
+    engine: str | None = None   # what builds: docker (BuildKit) or podman (Buildah); None: docker
     retention: retention.Retention = retention.Retention()   # what `imgbuild gc` keeps
     k8s: k8sconf.K8sSettings = k8sconf.K8sSettings()       # what node-check --emit-k8s writes
     ci: CiSettings = CiSettings()
@@ -554,9 +554,9 @@ class _Loader:
                            "holds) to now", hint="e.g. the time of the spec's first release: date -d 2026-01-01 +%s")
         return value
 
-    def engine(self, value: Any) -> str:
+    def engine(self, value: Any) -> str | None:
         if value is None:
-            return "docker"
+            return None
         if value not in ENGINES:
             near = difflib.get_close_matches(str(value).lower(), ENGINES, n=1, cutoff=0.5)
             raise self.err(("site", "engine"), f"{redact(str(value))[:40]!r} is not an engine imgbuild drives"

@@ -18,12 +18,14 @@ from builder.errors import PreflightError, SpecError
 from builder.core.yamlsrc import dotted
 from builder.load.intent import layer_intents, unresolved_refs
 from builder.core import catalog
+from builder.rules import enginefit
 from builder.rules import lint as lint_module
 from builder.rules import preflight as preflight_module
 from builder.rules.findings import Finding, errors, ordered, strict as make_strict, summary
 from builder.rules.lint import lint_rendered, lint_spec
 from builder.core.lockfile import Lock
 from builder.plan.keys import Plan, python_entry
+from builder.rules.enginefit import engine_findings
 from builder.rules.preflight import preflight
 from builder.load.spec import Spec, Stack
 
@@ -56,7 +58,7 @@ def known_rules() -> frozenset:
     """Every rule id a finding can carry (what a waiver may name): the ids the preflight and lint modules
     and this one write, and the catalog's DeepSpeed rules."""
     import sys
-    text = "".join(inspect.getsource(m) for m in (lint_module, preflight_module, sys.modules[__name__]))
+    text = "".join(inspect.getsource(m) for m in (lint_module, preflight_module, enginefit, sys.modules[__name__]))
     return frozenset(re.findall(r"[\"'](IB\d{3})[\"']", text)) | {i.rule for i in catalog.ds_incompatibilities()}
 
 
@@ -71,7 +73,7 @@ def check_waivers(spec: Spec, stacks: list[Stack]) -> None:
                                 hint="rules: " + ", ".join(sorted(known_rules())))
 
 
-def review(prepared, strict: bool = False, require_locked: bool = False) -> Review:
+def review(prepared, strict: bool = False, require_locked: bool = False, engine: str | None = None) -> Review:
     """The judgement of a prepared plan (builder.prepared: its spec, stacks, lock and plan, made with
     intent tolerated: unresolved intent is a finding here, IB098). strict: warnings are errors (waived
     ones excepted). require_locked: a base without a lock entry measured from the image stacks.yaml names
@@ -85,7 +87,8 @@ def review(prepared, strict: bool = False, require_locked: bool = False) -> Revi
     said = {dotted((node.layer.section, node.layer.name)) for _, node, _ in floating_nodes(plan, stacks)}
     rendered = [f for f in lint_rendered(spec, plan, lock) if not (f.rule in FLOATING_LINT and f.key in said)]
     found = (preflight(spec, stacks, lock) + lint_spec(spec, stacks, lock) + rendered + replaced(spec, stacks, lock)
-             + intent + fetched_binaries(spec, plan, stacks, lock))
+             + intent + fetched_binaries(spec, plan, stacks, lock)
+             + engine_findings(spec, plan.narrowed([s.name for s in stacks]), engine))
     if require_locked:
         found += _unlocked(spec, stacks, lock) + unpinned(spec, plan, stacks, "error")
     found = unknown_bases(spec, stacks, lock, found)
@@ -334,11 +337,12 @@ def _waive(spec: Spec, stacks: list[Stack], found: list[Finding], rendered: set)
     return out
 
 
-def gate(prepared, say: Callable[[str], None], strict: bool = False, require_locked: bool = False) -> Review:
+def gate(prepared, say: Callable[[str], None], strict: bool = False, require_locked: bool = False,
+         engine: str | None = None) -> Review:
     """Before a build or a release: the whole review of the prepared plan, printed; any error refuses. A
     layer whose pip set is not locked is said (IB096), and refused under require_locked."""
     spec, stacks = prepared.spec, prepared.stacks
-    result = review(prepared, strict, require_locked)
+    result = review(prepared, strict, require_locked, engine)
     for f in result.findings:
         say(f.render())
     bad = result.errors()

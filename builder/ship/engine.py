@@ -8,6 +8,8 @@ Everything else (run, push, inspect, save) is plain CLI. Unit tests swap `runner
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -53,6 +55,8 @@ class BuildRequest:
     network: str | None = None    # docker build --network (HostConf.network)
     output: Path | None = None    # write the result's files to this folder instead of making an image
     platform: str | None = None   # docker build --platform: what the image is built for
+    epoch: int | None = None      # SOURCE_DATE_EPOCH: the time of every file, where the engine can fix it
+    no_cache: bool = False        # build every step again (verify --rebuild)
 
 
 @dataclass
@@ -62,6 +66,7 @@ class Engine:
     runner: Callable[..., Result] = _run
     env: dict = field(default_factory=lambda: dict(os.environ))
     _platform: str | None = field(default=None, repr=False, compare=False)
+    no_cache: bool = False          # every build of this engine skips the step cache (clean())
 
     # -- detection ---------------------------------------------------------------------------
 
@@ -124,7 +129,7 @@ class Engine:
             argv += ["--output", f"type=local,dest={req.output}"]
         else:
             argv += (["--load"] if self.mode == "buildx" else []) + ["--tag", req.tag]
-        argv += ["--progress=plain", "--file", str(req.dockerfile)]
+        argv += ["--progress=plain", "--file", str(req.dockerfile)] + (["--no-cache"] if req.no_cache else [])
         if req.platform:
             argv += ["--platform", req.platform]
         for key, value in sorted(req.build_args.items()):
@@ -144,6 +149,8 @@ class Engine:
     def build(self, req: BuildRequest, log: Path, progress: Callable[[str], None] = lambda line: None) -> None:
         """Run one build; the whole output goes to `log` as it comes, and each of its lines to `progress`
         (which shows what a person should see of it: builder.ship.progress). Raises on failure."""
+        if self.no_cache:
+            req = dataclasses.replace(req, no_cache=True)
         argv = self.build_argv(req)
         env = dict(self.env, DOCKER_BUILDKIT="1", BUILDKIT_PROGRESS="plain")
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -249,6 +256,24 @@ class Engine:
     def at(self, docker_host: str) -> "Engine":
         """The same CLI speaking to another engine (DOCKER_HOST): a native builder of another platform."""
         return Engine(cli=self.cli, mode=self.mode, runner=self.runner, env=dict(self.env, DOCKER_HOST=docker_host))
+
+    @contextlib.contextmanager
+    def clean(self, scratch: Path):
+        """An engine that builds as if nothing had been built before (verify --rebuild): the Docker engine
+        keeps one store, so its builds skip every step cache instead (the pip download cache stays: it is
+        a cache mount, outside the image, and changes no byte of it)."""
+        yield dataclasses.replace(self, no_cache=True)
+
+    def file_times(self) -> str | None:
+        """Why this engine cannot give every file of a layer one fixed time, or None when it can. BuildKit
+        rewrites file times to SOURCE_DATE_EPOCH from 0.13 (rewrite-timestamp); the engine's built-in
+        BuildKit of Docker 20.10-24 is older, and imgbuild does not drive buildx's exporter option yet."""
+        version = self.ping()
+        if self.mode == "builtin":
+            return (f"the Docker engine {version}'s built-in BuildKit stamps each file with the time it was "
+                    "written: file times cannot be fixed before BuildKit 0.13 (rewrite-timestamp)")
+        return ("imgbuild does not yet ask buildx for rewrite-timestamp (BuildKit 0.13), so file times are the "
+                "times of the build")
 
     def has_gpu(self) -> bool:
         """True when containers can get an NVIDIA GPU (an nvidia runtime and a device on the host)."""

@@ -19,6 +19,19 @@ from typing import Callable, Iterable, Mapping
 from builder.errors import EngineError
 from builder.core import platforms as plat
 from builder.ship.engine import Engine
+from builder.ship.podman import PodmanEngine
+
+KINDS = ("docker", "podman")
+
+
+def choose(kind: str | None, site_kind: str | None = None, cli: str | None = None) -> Engine:
+    """The build engine of this run: --engine, else IMGBUILD_ENGINE (a runner's own), else the site's
+    (site.engine), else docker; found and answering, or an EngineError saying why not. cli: the CLI to use
+    (--docker), for either kind."""
+    kind = kind or os.environ.get("IMGBUILD_ENGINE") or site_kind or "docker"
+    if kind not in KINDS:
+        raise EngineError(f"{kind!r} is not an engine imgbuild drives", hint="docker or podman")
+    return PodmanEngine.detect(cli) if kind == "podman" else Engine.detect(cli)
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 COST = "docs/measurements/2026-12-04-arm64-emulation.txt"   # what emulation costs here, measured

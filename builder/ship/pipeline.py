@@ -25,7 +25,7 @@ from typing import Callable, TextIO
 from builder import __version__
 from builder.ship.checks import CheckResult, run_checks
 from builder.ship.engine import BuildRequest, Engine
-from builder.ship.engines import PlatformEngine, engines
+from builder.ship.engines import PlatformEngine, choose, engines
 from builder.errors import ImgbuildError, RegistryError, SourceError, SpecError, ValidationFailed
 from builder.ship.hostconf import HostConf
 from builder.ship.progress import Progress, env_progress
@@ -440,8 +440,9 @@ class Builder:
     @property
     def pipelined(self) -> bool:
         """Whether a child may build on its parent's local image: the engine's built-in BuildKit reads
-        the engine's images; a buildx builder may run in a container that cannot see them."""
-        return self.engine.mode == "builtin"
+        the engine's images, as Buildah reads podman's store; a buildx builder may run in a container that
+        cannot see them."""
+        return self.engine.mode in ("builtin", "podman")
 
     def checked(self, node: Node, local: str, labels: dict, prefix: str):
         """Validate a freshly built image; a failure keeps it locally and is raised."""
@@ -469,7 +470,7 @@ class Builder:
         return self.run_dir / "logs" / f"{node.name}-{node.short[:12]}.log"
 
     def build_image(self, plan: Plan, node: Node, parent_ref: str, secrets: dict, prefix: str,
-                    label: str | None = None, again: bool = False) -> tuple[str, dict]:
+                    label: str | None = None, again: bool = False, then: str = "validating") -> tuple[str, dict]:
         """docker build of one node on parent_ref: (the local image, its labels). label: the parent as the
         image's label names it, when parent_ref is a local image. The local name is unique to this run:
         two builds of one key on one engine must not tag or remove each other's unvalidated image."""
@@ -479,7 +480,8 @@ class Builder:
         log = self.log_path(node)
         req = BuildRequest(context=context, dockerfile=context / "Dockerfile", tag=local,
                            build_args={"PARENT": parent_ref, **node.build_args}, labels=labels, secrets=secrets,
-                           network=self.hostconf.network, platform=node.platform)
+                           network=self.hostconf.network, platform=node.platform,
+                           epoch=self.spec.site.source_date_epoch)
         emulated = self.on(node).emulated
         self.say(f"{prefix}: building" + (f" on {parent_ref} (whose checks and push go on meanwhile)"
                                           if label else "") + (f" under emulation ({emulated})" if emulated else "")
@@ -490,7 +492,7 @@ class Builder:
                 self.on(node).engine.build(req, log, progress=lines)
         finally:
             shutil.rmtree(context, ignore_errors=True)
-        self.say(f"{prefix}: built in {time.time() - started:.0f} s; validating")
+        self.say(f"{prefix}: built in {time.time() - started:.0f} s; {then}")
         return local, labels
 
     def publish_node(self, node: Node, local: str, facts: dict, results, labels: dict, prefix: str) -> tuple[str, bool]:
@@ -579,9 +581,12 @@ class Builder:
         (self.run_dir / "manifests" / f"{name}.json").write_text(json.dumps(manifest, indent=1))
         return manifest
 
+ENGINE_MODES = {"buildx": "buildx", "builtin": "built-in BuildKit", "podman": "Buildah, no daemon"}
+
+
 def build(prepared, say: Say, docker: str | None = None, date: str | None = None,
           gpu: bool | None = None, node: str | None = None, jobs: int = 1, progress: str = "auto",
-          out: TextIO | None = None, require_locked: bool = False) -> BuildReport:
+          out: TextIO | None = None, require_locked: bool = False, engine: str | None = None) -> BuildReport:
     """Build the prepared plan (builder.prepared; its bases resolved as far as any registry a base names).
     progress: auto | plain | tty, how the run is shown (builder.ship.progress) on `out`, the stream
     that `say` writes to (stdout if not given)."""
@@ -594,8 +599,9 @@ def build(prepared, say: Say, docker: str | None = None, date: str | None = None
         prepared = prepared.narrowed(s for s in prepared.stacks if s.name in holders)
     spec, stacks = prepared.spec, prepared.names
     # Impossible stacks fail here, in seconds and without Docker, not after an hour of compiling.
-    gate(prepared, say, require_locked=require_locked)
-    engine = Engine.detect(docker)
+    gate(prepared, say, require_locked=require_locked, engine=engine)
+    kind = engine
+    engine = choose(kind, spec.site.engine, docker)
     registry = Registry(spec.site.registry, on_retry=say)
     registry.ping()
     registry.retries = True   # from here a registry that restarts is waited for (registry.BACKOFF)
@@ -609,7 +615,7 @@ def build(prepared, say: Say, docker: str | None = None, date: str | None = None
                                                       "the stacks on it; nothing was built")
     builder = Builder(spec, engine, registry, HostConf.from_env(), say, gpu=gpu, progress=view)
     host = engine.env.get("DOCKER_HOST")   # which daemon, when it is not the default one
-    say(f"engine: {engine.cli}{f' at {host}' if host else ''} ({'buildx' if engine.mode == 'buildx' else 'built-in BuildKit'}); registry "
+    say(f"engine: {engine.cli}{f' at {host}' if host else ''} ({ENGINE_MODES[engine.mode]}); registry "
         f"{spec.site.registry}; GPU for checks: {'yes' if builder.gpu else 'no (GPU checks are skipped)'}")
     if builder.zone.name != "open":
         say(builder.zone.describe())   # where this run writes, and whether it signs (site.trust)
@@ -680,13 +686,13 @@ __all__ = ["build", "release", "refuse_release", "validate", "BuildReport", "Bui
 
 
 def validate(prepared, stacks: list, images: list[str], say: Say, docker: str | None = None,
-             gpu: bool | None = None, platform: str | None = None) -> bool:
+             gpu: bool | None = None, platform: str | None = None, engine: str | None = None) -> bool:
     """Re-run the checks of existing images: the top image of each of `stacks` (Stacks of the prepared plan;
     from the registry by content key; of each platform, or of `platform` only), or any image reference
     built by imgbuild from this spec (the prepared plan then holds every stack). Results are recorded
     beside the image."""
     spec = prepared.spec
-    engine = Engine.detect(docker)
+    engine = choose(engine, spec.site.engine, docker)
     registry = Registry(spec.site.registry)
     gpu = engine.has_gpu() if gpu is None else gpu
     builder = Builder(spec, engine, registry, HostConf.from_env(), say, gpu=gpu)

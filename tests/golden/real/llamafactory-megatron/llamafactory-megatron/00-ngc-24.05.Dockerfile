@@ -15,7 +15,7 @@ ENV PIP_CONSTRAINT=/etc/imgbuild/constraints.txt
 # What records when, or in what order, this build ran leaves the layer: installer logs and the caches
 # that hold times or inode numbers. Nothing a program reads at run time.
 RUN rm -rf /var/log/apt/*.log /var/log/apt/eipp.log.xz /var/log/dpkg.log /var/log/alternatives.log \
-        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
+        /var/cache/apt/*.bin /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 
 LABEL io.imgbuild.layer="ngc-24.05" \
       io.imgbuild.kind="ngc-pytorch"

@@ -18,7 +18,7 @@ RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
 # What records when, or in what order, this build ran leaves the layer: installer logs and the caches
 # that hold times or inode numbers. Nothing a program reads at run time.
 RUN rm -rf /var/log/apt/*.log /var/log/apt/eipp.log.xz /var/log/dpkg.log /var/log/alternatives.log \
-        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
+        /var/cache/apt/*.bin /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 
 LABEL io.imgbuild.layer="megatron-deps" \
       io.imgbuild.kind="pip"

@@ -19,7 +19,7 @@ ENV DEBIAN_FRONTEND="noninteractive" \
 # What records when, or in what order, this build ran leaves the layer: installer logs and the caches
 # that hold times or inode numbers. Nothing a program reads at run time.
 RUN rm -rf /var/log/apt/*.log /var/log/apt/eipp.log.xz /var/log/dpkg.log /var/log/alternatives.log \
-        /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
+        /var/cache/apt/*.bin /var/cache/ldconfig/aux-cache /var/cache/debconf/*-old /var/lib/dpkg/*-old
 
 LABEL io.imgbuild.layer="dev-env" \
       io.imgbuild.kind="system-setup"
