@@ -852,7 +852,7 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
     all-reduce bus bandwidth, DeepSpeed ZeRO-2 steps, Megatron-Core TP/PP, the environment of every rank;
     for a JAX image, jax.distributed processes (or host devices) with matmul and collectives by value.
     Exit 8 when a check fails, naming the ranks that disagreed."""
-    from builder.ship.engine import Engine
+    from builder.ship.engines import choose
     from builder import nodecheck
     json_mode("node-check", json_out)
     env: dict = {}
@@ -897,7 +897,8 @@ def node_check(target: Optional[str] = typer.Argument(None, help="stack=NAME (it
         report = nodecheck.run_squashfs(squashfs, procs=procs, options={"only": only} if only else None,
                                         framework=framework)
     else:
-        report = nodecheck.run(Engine.detect(docker), image, procs=procs, gpus=gpus,
+        site_engine = spec.site.engine if target is not None and target.startswith("stack=") else None
+        report = nodecheck.run(choose(None, site_engine, docker), image, procs=procs, gpus=gpus,
                                options={"only": only} if only else None, framework=framework, limits=limits)
     failed = [r for r in report.results if r["status"] == "failed"]
     if json_out:
@@ -933,8 +934,8 @@ def _node_gpus(stack, given: int | None, cpu: bool, local: bool, docker: str | N
                         f"known: {why}", hint="set site.node_check.gpus_per_node (or stacks.NAME.gpus_per_node), or "
                                               "pass --gpus-per-node N; --cpu checks the CPU alone")
     if local:
-        from builder.ship.engine import Engine
-        if not Engine.detect(docker).has_gpu():
+        from builder.ship.engines import choose
+        if not choose(None, None, docker).has_gpu():
             raise SpecError(f"stack {stack.name!r} is a GPU image ({gpus}, {found} per node from {why}), and this "
                             "machine's engine has no GPU", hint="run it on a GPU node, emit a job for the GPU nodes "
                             "(--emit-sbatch, --emit-k8s), or --cpu to check the CPU path alone")
@@ -1086,7 +1087,7 @@ def probe(target: str = typer.Argument(..., help="base=NAME, or layer=NAME (its 
     """Run a base image, or a layer's built image, and measure torch, CUDA, cuDNN, NCCL, Python, TE, Apex,
     numpy and pip's constraints."""
     from builder.ship.bases import resolve as resolve_bases
-    from builder.ship.engine import Engine
+    from builder.ship.engines import choose
     from builder.rules.facts import resolve
     from builder.ship.lock import layer_image, stack_of
     from builder.ship.measure import probe as run_probe
@@ -1109,7 +1110,7 @@ def probe(target: str = typer.Argument(..., help="base=NAME, or layer=NAME (its 
     else:
         raise SpecError(f"cannot read {target!r}: name a base as base=NAME or a layer as layer=NAME",
                         hint="bases: " + ", ".join(spec.bases))
-    measured = run_probe(Engine.detect(docker), ref, spec.kinds.values())
+    measured = run_probe(choose(None, spec.site.engine, docker), ref, spec.kinds.values())
     echo(f"{name}: {where}")
     for fact, value in measured.items():
         other = "; ".join(f"{f.origin} {f.value}" for f in known.get(fact, []))
@@ -1148,8 +1149,8 @@ def _rebuilt_bases(spec, docker: str | None) -> list[str]:
     if not found.rebuilt:
         return []
     try:
-        from builder.ship.engine import Engine
-        return rebuilt_bases(spec, found, Engine.detect(docker), lambda line: echo(line))
+        from builder.ship.engines import choose
+        return rebuilt_bases(spec, found, choose(None, spec.site.engine, docker), lambda line: echo(line))
     except ImgbuildError as exc:
         return [f"bases.{name}: made again (its locked digest is gone from the registry), and its environment "
                 f"cannot be measured here: {exc.message}" for name in sorted(found.rebuilt)]
@@ -1174,7 +1175,7 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
     every distribution with its sha256, and the commit of every git ref stacks.yaml names; write
     stacks.lock.yaml beside the stacks file. stacks.yaml may state intent (a range, a tag, a branch);
     the lock holds the truth, and nothing is built from intent."""
-    from builder.ship.engine import Engine
+    from builder.ship.engines import choose
     from builder.ship.lock import check_upgrade, lock as run_lock, lock_stack
     from builder.load.intent import Intents, lock_path
     from packaging.utils import canonicalize_name
@@ -1251,7 +1252,7 @@ def lock_cmd(targets: Optional[List[str]] = typer.Argument(
         raise SpecError("--upgrade NAME re-resolves a distribution of the layers locked in this run: name them "
                         "(python=LAYER or stack=NAME)")
     check_upgrade(spec, names - {canonicalize_name(m) for m in moved}, python, stacks)
-    engine = Engine.detect(docker)
+    engine = choose(None, spec.site.engine, docker)
     path, failures, current = (run_lock(spec, bases, engine, say=lambda line: echo(line), layers=layers,
                                         python=python, upgrade=frozenset(names), intents=intents)
                                if bases or layers or python or not stacks else (None, [], spec.lock))

@@ -68,7 +68,7 @@ def test_validate_reads_the_podman_release_back_and_export_packs_it_for_enroot(w
     proc = imgbuild(work, "export", "stack=cpu-smoke", "-f", str(podman_file(work)), "-o", str(out), timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     record = json.loads(out.with_name(out.name + ".json").read_text())
-    assert record["digest"] == Registry(REGISTRY).manifest_digest(f"{NS_P}/cpu-smoke", "cpu-smoke"), record
+    assert record["source_digest"] == Registry(REGISTRY).manifest_digest(f"{NS_P}/cpu-smoke", "cpu-smoke"), record
     listing = subprocess.run(["unsquashfs", "-l", str(out)], capture_output=True, text=True).stdout
     assert "squashfs-root/opt/venv/bin/python" in listing and "squashfs-root/etc/rc" in listing
 
@@ -110,17 +110,18 @@ def _rebuild_project(work, monkeypatch, drop: str):
             i = argv.index("--timestamp")
             return argv[:i] + argv[i + 2:]
         monkeypatch.setattr(PodmanEngine, "build_argv", without)
-    else:   # the ARG left empty: Python then writes timestamp-based .pyc
+    else:   # the Dockerfile without its ARG SOURCE_DATE_EPOCH: Python then writes timestamp-based .pyc
         from builder.ship import pipeline
-        real_build = pipeline.Builder.build_image
+        real_context = pipeline.assemble_context
 
-        def empty_epoch(self, plan, node, *a, **kw):
-            node.build_args["SOURCE_DATE_EPOCH"] = ""
-            try:
-                return real_build(self, plan, node, *a, **kw)
-            finally:
-                node.build_args.pop("SOURCE_DATE_EPOCH")
-        monkeypatch.setattr(pipeline.Builder, "build_image", empty_epoch)
+        def without_epoch(node, hostconf, dest):
+            context = real_context(node, hostconf, dest)
+            path = context / "Dockerfile"
+            text = path.read_text()
+            assert "\nARG SOURCE_DATE_EPOCH=" in text
+            path.write_text("".join(line for line in text.splitlines(True) if not line.startswith("ARG SOURCE_DATE_EPOCH=")))
+            return context
+        monkeypatch.setattr(pipeline, "assemble_context", without_epoch)
     spec = load_spec(podman_file(work))
     prepared = prepare(spec, [spec.stacks["cpu-smoke"]], bases="all")
     return reproduce.rebuild(prepared, "stack=cpu-smoke", lambda line: None, engine_kind="podman",

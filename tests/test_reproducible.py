@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from builder.diff import layerdiff
+from builder.core import layerdiff
 from builder.rules.enginefit import refusals
 from builder.ship.engine import BuildRequest, Engine, Result
 from builder.ship.podman import PodmanEngine
@@ -71,13 +71,29 @@ def test_identical_layers_have_no_change_and_their_twins_name_each_cause():
     assert c.what == ("added",) and "installer log" in c.cause
 
 
-def test_the_summary_puts_contents_before_times_and_counts_every_cause():
-    a = {f"f{i}": (b"x", 1) for i in range(30)} | {"lib.so": (b"\x7fELF" + b"1" * 12, 1)}
-    b = {f"f{i}": (b"x", 2) for i in range(30)} | {"lib.so": (b"\x7fELF" + b"2" * 12, 1)}
-    d = diff(a, b)
-    lines = d.summary(shown=3)
-    assert lines[0].startswith("30 path(s): file time not fixed") and lines[1].startswith("1 path(s): compiled code")
-    assert "lib.so" in lines[2] and "... and 28 more" in lines[-1]
+def test_the_summary_counts_every_cause_and_shows_a_few_paths_of_each():
+    a = {f"f{i:02}": (b"x", 1) for i in range(30)} | {"lib.so": (b"\x7fELF" + b"1" * 12, 1)}
+    b = {f"f{i:02}": (b"x", 2) for i in range(30)} | {"lib.so": (b"\x7fELF" + b"2" * 12, 1)}
+    lines = diff(a, b).summary(examples=2)
+    assert lines[0].startswith("30 path(s): file time not fixed")
+    assert lines[1:4] == ["    f00: time (time 1 -> 2)", "    f01: time (time 1 -> 2)", "    ... and 28 more (all in the JSON report)"]
+    assert lines[4].startswith("1 path(s): compiled code") and lines[5] == "    lib.so: contents"
+
+
+def test_a_time_alone_is_a_time_whatever_the_file():
+    [c] = diff({"var/log/dpkg.log": (b"same", 1)}, {"var/log/dpkg.log": (b"same", 2)}).changes
+    assert "file time not fixed" in c.cause
+
+
+def test_small_text_files_that_differ_show_how():
+    a = {"opt/x/METADATA": (b"Name: x\nVersion: 1\nBuilt: 12:00\n", 1)}
+    b = {"opt/x/METADATA": (b"Name: x\nVersion: 1\nBuilt: 12:07\n", 1)}
+    ra, rb = layerdiff.read_layer(layer(a)), layerdiff.read_layer(layer(b))
+    d = layerdiff.compare(ra, rb)
+    keep = layerdiff.small_changed(d, ra, rb)
+    assert keep == {"opt/x/METADATA"}
+    layerdiff.show_contents(d, layerdiff.read_layer(layer(a), keep), layerdiff.read_layer(layer(b), keep))
+    assert d.changes[0].detail == "-Built: 12:00 | +Built: 12:07"
 
 
 def test_every_rendered_layer_declares_the_epoch_and_those_that_run_remove_build_records(tmp_path):
@@ -228,3 +244,25 @@ def test_check_says_what_podman_cannot_build_and_docker_can(tmp_path):
     assert bad.code != 0 and "IB118" in bad.output and "layers.here" in bad.output and "heredoc" in bad.output, bad.output
     assert "Traceback" not in bad.output
     shutil.rmtree(kinds)
+
+
+def test_the_engine_is_chosen_by_flag_then_runner_then_site(monkeypatch):
+    from builder.ship import engines
+    seen = []
+    monkeypatch.setattr(engines.PodmanEngine, "detect", classmethod(lambda cls, cli=None: seen.append("podman") or "P"))
+    monkeypatch.setattr(engines.Engine, "detect", classmethod(lambda cls, cli=None: seen.append("docker") or "D"))
+    monkeypatch.delenv("IMGBUILD_ENGINE", raising=False)
+    assert engines.choose(None, None) == "D" and engines.choose(None, "podman") == "P"
+    monkeypatch.setenv("IMGBUILD_ENGINE", "docker")
+    assert engines.choose(None, "podman") == "D" and engines.choose("podman", "docker") == "P"
+    monkeypatch.setenv("IMGBUILD_ENGINE", "containerd")
+    with pytest.raises(Exception, match="'containerd' is not an engine imgbuild drives"):
+        engines.choose(None, None)
+
+
+def test_a_partial_rebuild_is_not_recorded(tmp_path):
+    res = run_cli("verify", "--rebuild", "stack=cpu-smoke", "--layer", "smoke-train", "--record",
+                  "-f", write_stacks(tmp_path, shipped_data()))
+    assert res.code == 2 and "with --layer only part of it was rebuilt" in res.err, res.output
+    res = run_cli("verify", "stack=cpu-smoke", "--record", "-f", write_stacks(tmp_path, shipped_data()))
+    assert res.code == 2 and "go with --rebuild" in res.err, res.output

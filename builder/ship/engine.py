@@ -67,6 +67,7 @@ class Engine:
     env: dict = field(default_factory=lambda: dict(os.environ))
     _platform: str | None = field(default=None, repr=False, compare=False)
     no_cache: bool = False          # every build of this engine skips the step cache (clean())
+    kind = "docker"                 # what --engine and site.engine call it
 
     # -- detection ---------------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ def tls(ref: str) -> list[str]:
 @dataclass
 class PodmanEngine(Engine):
     mode: str = "podman"
+    kind = "podman"
     # Global flags that place the store (--root, --runroot): a clean engine of its own for verify --rebuild.
     store: tuple = ()
 

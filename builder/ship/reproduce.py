@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from builder.diff import layerdiff
+from builder.core import layerdiff
 from builder.errors import ImgbuildError
 from builder.plan.layout import layer_repo, release_repo
 from builder.ship.engines import choose
@@ -111,10 +111,10 @@ def rebuild(prepared, target: str, say, engine_kind: str | None = None, docker: 
     chain = [n for n in chain if not layers or n.name in layers]
     why_times = engine.file_times()
     version = engine.ping()
-    report = RebuildReport(target=target, stack=stack, digest=digest, engine=f"{engine.mode} {version}",
+    report = RebuildReport(target=target, stack=stack, digest=digest, engine=f"{engine.kind} {version}",
                            file_times=why_times, epoch=spec.site.source_date_epoch,
                            when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    say(f"rebuilding {len(chain)} layer(s) of {ref} on a clean {engine.mode} engine ({version}), each on its "
+    say(f"rebuilding {len(chain)} layer(s) of {ref} on a clean {engine.kind} engine ({version}), each on its "
         f"released parent")
     if why_times:
         say(f"note: {why_times}; differences of file times alone are counted apart, not as drift of the recipe")

@@ -60,13 +60,15 @@ class LayerDiff:
     def causes(self) -> Counter:
         return Counter(c.cause for c in self.changes)
 
-    def summary(self, shown: int = 12) -> list[str]:
-        """The causes, most frequent first, each with how many paths and up to `shown` examples in all."""
-        lines = [f"{n} path(s): {cause}" for cause, n in self.causes.most_common()]
-        order = sorted(self.changes, key=lambda c: (c.cause != "contents differ" and "compiled" not in c.cause, c.path))
-        lines += [f"  {c.line()}" for c in order[:shown]]
-        if len(self.changes) > shown:
-            lines.append(f"  ... and {len(self.changes) - shown} more (the whole list is in the JSON report)")
+    def summary(self, examples: int = 3) -> list[str]:
+        """Each cause, most frequent first, with how many paths and a few of them (what differs, and how)."""
+        lines = []
+        for cause, n in self.causes.most_common():
+            lines.append(f"{n} path(s): {cause}")
+            these = [c for c in self.changes if c.cause == cause]
+            lines += [f"    {c.path}: {', '.join(c.what)}{f' ({c.detail})' if c.detail else ''}" for c in these[:examples]]
+            if n > examples:
+                lines.append(f"    ... and {n - examples} more (all in the JSON report)")
         return lines
 
 
@@ -152,15 +154,15 @@ def compare(released: dict, rebuilt: dict) -> LayerDiff:
 def cause_of(path: str, what: tuple, a: Entry, b: Entry) -> str:
     """The likeliest reason one path differs between two builds of one key."""
     name = path.rsplit("/", 1)[-1]
+    if set(what) == {"time"}:
+        return ("file time not fixed: the engine stamps each file with the time it was written (a fixed time "
+                "needs Buildah --timestamp, or BuildKit 0.13 rewrite-timestamp)")
     if name.startswith(WHITEOUT):
         return "a file of the layer beneath removed in one build only"
     if path.startswith(LOGS):
         return "an installer log: it records when the build ran"
     if path.startswith(CACHES):
         return "a package manager's cache or state that records times or inode numbers"
-    if set(what) == {"time"}:
-        return ("file time not fixed: the engine stamps each file with the time it was written (a fixed time "
-                "needs Buildah --timestamp, or BuildKit 0.13 rewrite-timestamp)")
     if name.endswith(".pyc") and "contents" in what:
         flags = [int.from_bytes(e.head[4:8], "little") for e in (a, b) if len(e.head) >= 8]
         if any(f == PYC_TIMESTAMP for f in flags):
