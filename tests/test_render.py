@@ -407,7 +407,7 @@ def test_arch_list_spellings(tmp_path, gpus, torch, ints):
     data["stacks"]["a100-deepspeed"]["gpus"] = gpus
     ds = render_one(tmp_path / "s", data, "a100-deepspeed", "ds-0.17.6-ampere")
     args = dict(rest.split("=", 1) for kw, rest in instructions(ds) if kw == "ARG" and "=" in rest)
-    assert args.pop("SOURCE_DATE_EPOCH") == "315532800"
+    assert args.pop("SOURCE_DATE_EPOCH") == "315532800" and args.pop("PYTHONHASHSEED") == "0"
     assert args == {"TORCH_CUDA_ARCH_LIST": f'"{torch}"', "NVTE_CUDA_ARCHS": f'"{ints}"',
                     "CMAKE_CUDA_ARCHITECTURES": f'"{ints}"'}
     assert f'io.imgbuild.cuda-arch-list="{torch}"' in ds

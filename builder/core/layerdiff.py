@@ -123,6 +123,9 @@ def show_contents(diff: "LayerDiff", released: dict, rebuilt: dict, lines: int =
             "released", "rebuilt", n=0) if not line.startswith(("---", "+++", "@@"))]
         if text:
             change.detail = (change.detail + "; " if change.detail else "") + " | ".join(t[:160] for t in text[:lines])
+        if sorted(a.data.splitlines()) == sorted(b.data.splitlines()):
+            change.cause = ("the same lines in another order: a set or dict iterated where it was written (Python's "
+                            "hash randomisation; PYTHONHASHSEED fixes it)")
 
 
 def compare(released: dict, rebuilt: dict) -> LayerDiff:

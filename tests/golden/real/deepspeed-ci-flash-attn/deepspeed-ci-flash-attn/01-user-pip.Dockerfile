@@ -4,7 +4,10 @@ FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # One time for every file this layer writes (docs/reproducible.md): pip compiles checked-hash .pyc, and an
 # engine that can fix file times (Buildah --timestamp) stamps the layer with it. From site.source_date_epoch.
+# One hash seed for every Python the build runs: a set a setup.py iterates (DeepSpeed's extras) is then
+# written in one order. Both are build arguments: in the key, never in the image's environment.
 ARG SOURCE_DATE_EPOCH=315532800
+ARG PYTHONHASHSEED=0
 
 RUN --mount=type=secret,id=ca-bundle,target=/run/secrets/ca-bundle \
     --mount=type=secret,id=pip-index-url,target=/run/secrets/pip-index-url \

@@ -4,7 +4,10 @@ FROM ${PARENT}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # One time for every file this layer writes (docs/reproducible.md): pip compiles checked-hash .pyc, and an
 # engine that can fix file times (Buildah --timestamp) stamps the layer with it. From site.source_date_epoch.
+# One hash seed for every Python the build runs: a set a setup.py iterates (DeepSpeed's extras) is then
+# written in one order. Both are build arguments: in the key, never in the image's environment.
 ARG SOURCE_DATE_EPOCH=315532800
+ARG PYTHONHASHSEED=0
 
 # Removes what the parent ships; the reason is in stacks.yaml and in `imgbuild plan --explain`.
 RUN rm -rf -- /usr/local/lib/python3.10/dist-packages/cv2
