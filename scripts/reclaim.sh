@@ -27,7 +27,7 @@ REPOS="$REGISTRY_DIR/data/docker/registry/v2/repositories"
 DOCKER=/usr/bin/docker
 KEEP_CACHE="${IMGBUILD_KEEP_BUILD_CACHE:-12GB}"
 MIN_FREE_GB="${IMGBUILD_MIN_FREE_GB:-25}"
-TEST_NS='(imgbuild-test|imgbuild-difftest|bench|bench-fleet-[a-z0-9]+|plain-bench)-[0-9a-f]{6,8}(-gitlab|-gc|-gcl)?'
+TEST_NS='(imgbuild-test|imgbuild-difftest|bench|bench-fleet-[a-z0-9]+|plain-bench)-[0-9a-f]{6,8}(-gitlab|-gc|-gcl|-podman)?'
 log() { echo "[reclaim] $*"; }
 free_gb() { df -P -BG "$1" | awk 'NR == 2 { sub("G", "", $4); print $4 }'; }
 
@@ -42,6 +42,17 @@ if "$DOCKER" info >/dev/null 2>&1; then
     fi
     "$DOCKER" image prune -f >/dev/null
     "$DOCKER" builder prune -f --keep-storage "$KEEP_CACHE" >/dev/null
+fi
+
+# Podman's store (the daemonless engine's tests): the same namespaces' images, and what its builds left.
+if command -v podman >/dev/null 2>&1; then
+    mapfile -t prefs < <(podman images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null |
+        grep -E "^(127\.0\.0\.1:5000/$TEST_NS/|imgbuild\.local/)" || true)
+    if [ "${#prefs[@]}" -gt 0 ]; then
+        log "removing ${#prefs[@]} podman image tag(s) of earlier test runs"
+        printf '%s\n' "${prefs[@]}" | xargs -r -n 200 podman rmi -f >/dev/null 2>&1 || true
+    fi
+    podman image prune -f >/dev/null 2>&1 || true
 fi
 
 if [ -d "$REPOS" ]; then

@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 
 from builder.errors import RenderError
-from builder.core import platforms as plat
+from builder.core import dockerfile, platforms as plat
 from builder.load.kindpath import SKELETON, Templates
 from builder.load.params import CONTROL, EnvPath, FileRef, GitPin, WheelPin
 from builder.load.spec import LayerDef, Spec, Stack, arch_list
@@ -222,7 +222,8 @@ def render_layer(spec: Spec, stack: Stack, layer: LayerDef, platform: str = plat
         if bad:
             raise RenderError(f"{layer.kind.folder.parent.name}/{layer.kind.fragment} writes {bad.group(1).upper()}; fragments must "
                               "not: the skeleton Dockerfile.j2 writes the stage and the labels")
-        runs = any(line.startswith("RUN ") for line in fragment.splitlines())
+        # As BuildKit reads the fragment (a value holding U+2028 is no line break to it, as it is to splitlines).
+        runs = any(ins.keyword == "RUN" for ins in dockerfile.parse(fragment))
         text = env.get_template("Dockerfile.j2").render(fragment=fragment.strip("\n"), runs=runs, **ctx)
     except jinja2.TemplateError as exc:
         where = getattr(exc, "filename", None) or layer.kind.fragment
