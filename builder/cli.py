@@ -1035,7 +1035,7 @@ def _verify_rebuild(target: str, file: Path, kinds, engine: str | None, docker: 
         reg = Registry(spec.site.registry)
         repo = (release_repo(spec.site.namespace, report.stack) if target.startswith("stack=")
                 else Ref.parse(target).repo)
-        echo(f"recorded: {reproduce.record(reg, spec, report, repo)}")
+        echo(f"recorded: {reproduce.record(reg, report, repo)}")
     reply(report.to_json())
     if same != total:
         raise typer.Exit(1)

@@ -312,9 +312,10 @@ def scan(data: bytes, needles: list[bytes], where: str, depth: int = 0) -> tuple
     return hits, count
 
 
-def scan_images(refs: list[str], archive: Path) -> tuple[list[str], int]:
-    """Scan `docker save` of refs member by member (a whole archive is GBs; one layer at a time fits)."""
-    subprocess.run(["/usr/bin/docker", "save", "-o", str(archive), *refs], check=True)
+def scan_images(refs: list[str], archive: Path, cli: str = "/usr/bin/docker") -> tuple[list[str], int]:
+    """Scan `docker save` (or `podman save`: cli) of refs member by member (a whole archive is GBs; one layer
+    at a time fits)."""
+    subprocess.run([cli, "save", "-o", str(archive), *refs], check=True, capture_output=True)
     hits, count = [], 0
     try:
         with tarfile.open(archive) as outer:

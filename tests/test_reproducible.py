@@ -274,3 +274,11 @@ def test_a_partial_rebuild_is_not_recorded(tmp_path):
     assert res.code == 2 and "with --layer only part of it was rebuilt" in res.err, res.output
     res = run_cli("verify", "stack=cpu-smoke", "--record", "-f", write_stacks(tmp_path, shipped_data()))
     assert res.code == 2 and "go with --rebuild" in res.err, res.output
+
+
+def test_without_skopeo_the_rebuild_says_what_to_install(tmp_path, monkeypatch):
+    from builder.ship import reproduce
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(reproduce.RebuildError, match="skopeo is not installed") as err:
+        reproduce._copy_released("127.0.0.1:5000/ns/layers/a@sha256:" + "a" * 64, tmp_path)
+    assert "apt-get install skopeo" in err.value.hint

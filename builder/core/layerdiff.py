@@ -15,7 +15,7 @@ import tarfile
 from collections import Counter
 import difflib
 from dataclasses import dataclass, field
-from typing import IO, Iterable
+from typing import IO
 
 # A .pyc header: magic (4), flags (4), then a source time and size (flags 0) or a source hash (1, 3): PEP 552.
 PYC_TIMESTAMP = 0
@@ -190,11 +190,3 @@ def cause_of(path: str, what: tuple, a: Entry, b: Entry) -> str:
     if what and set(what) - {"time"}:
         return f"{'/'.join(w for w in what if w != 'time')} differ"
     return "differs"
-
-
-def identical(diff: LayerDiff) -> bool:
-    return not diff.changes
-
-
-def lines(changes: Iterable[Change]) -> list[str]:
-    return [c.line() for c in changes]

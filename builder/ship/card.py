@@ -9,16 +9,13 @@ NAMESPACE/STACK:sha256-HEX.stack, before the first tag names the release. The ca
 
 from __future__ import annotations
 
-import json
 import time
 
 from builder.ship import gpuproof
-from builder.ship.oci import stored_document
+from builder.ship.oci import put_document, stored_document
 from builder.ship.registry import Registry
 
 CARD_TYPE = "application/vnd.imgbuild.stack.v1+json"
-CONFIG_TYPE = "application/vnd.imgbuild.config.v1+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 
 def card_tag(release_digest: str) -> str:
@@ -45,14 +42,7 @@ def card(spec, plan, name: str) -> dict:
 
 
 def write(reg: Registry, repo: str, release_digest: str, data: dict) -> str:
-    body = json.dumps(data, sort_keys=True, indent=1).encode()
-    config = reg.put_blob(repo, b"{}")
-    layer = reg.put_blob(repo, body)
-    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": CARD_TYPE,
-                "config": {"mediaType": CONFIG_TYPE, "digest": config, "size": 2},
-                "layers": [{"mediaType": CARD_TYPE, "digest": layer, "size": len(body)}],
-                "annotations": {"io.imgbuild.subject": release_digest}}
-    return reg.put_manifest(repo, card_tag(release_digest), json.dumps(manifest, sort_keys=True).encode(), OCI_MANIFEST)
+    return put_document(reg, repo, card_tag(release_digest), data, CARD_TYPE, release_digest)
 
 
 def read(reg: Registry, repo: str, release_digest: str) -> dict | None:

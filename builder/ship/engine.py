@@ -198,8 +198,7 @@ class Engine:
             cmd += ["--platform", platform]
         if not network:
             cmd += ["--network", "none"]
-        if gpus:
-            cmd += ["--gpus", "all"]
+        cmd += self._run_flags(image, gpus)
         if shm_size:
             cmd += ["--shm-size", shm_size]     # NCCL and gloo exchange through /dev/shm
         for key, value in sorted((env or {}).items()):
@@ -211,17 +210,28 @@ class Engine:
         cmd += ["--entrypoint", argv[0], image, *argv[1:]]
         return self._docker(*cmd, input=input, timeout=timeout)
 
+    # What another engine (builder.ship.podman) adds to the same commands: flags for a registry, a push, a run.
+    def _registry_flags(self, ref: str) -> list[str]:
+        return []
+
+    def _push_flags(self, ref: str) -> list[str]:
+        return self._registry_flags(ref)
+
+    def _run_flags(self, image: str, gpus: bool) -> list[str]:
+        return ["--gpus", "all"] if gpus else []
+
     def inspect(self, ref: str) -> dict | None:
         res = self._docker("image", "inspect", ref, timeout=60)
         if res.returncode != 0:
             return None
-        return json.loads(res.stdout)[0]
+        found = json.loads(res.stdout or "[]")
+        return found[0] if found else None
 
     def push(self, ref: str, on_retry: Callable[[str], None] = lambda line: None) -> None:
         """docker push, tried again after PUSH_RETRIES waits: a registry that restarts mid-push is
         waited for (pushing is idempotent: blobs already there are skipped)."""
         for delay in (*PUSH_RETRIES, None):
-            res = self._docker("push", ref, timeout=3600)
+            res = self._docker("push", *self._push_flags(ref), ref, timeout=3600)
             if res.returncode == 0:
                 return
             if delay is None:
@@ -232,7 +242,8 @@ class Engine:
             time.sleep(delay)
 
     def pull(self, ref: str, platform: str | None = None) -> None:
-        self._ok(f"pull of {ref}", "pull", "--quiet", *(["--platform", platform] if platform else []), ref, timeout=3600)
+        self._ok(f"pull of {ref}", "pull", "--quiet", *self._registry_flags(ref),
+                 *(["--platform", platform] if platform else []), ref, timeout=3600)
 
     def tag(self, src: str, dst: str) -> None:
         self._ok(f"tag {dst}", "tag", src, dst)

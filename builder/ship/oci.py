@@ -8,6 +8,7 @@ object and the field: never a KeyError, a TypeError or exit 70.
 
 from __future__ import annotations
 
+import json
 import re
 
 from builder.errors import RegistryError
@@ -16,6 +17,8 @@ from builder.ship.registry import Registry, check_digest, json_object
 SERIAL = re.compile(r"^[0-9]{1,18}\Z")
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 OCI_INDEX = INDEX_TYPES[0]
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+ARTIFACT_CONFIG = "application/vnd.imgbuild.config.v1+json"   # the empty config of imgbuild's artifacts
 CONFIG_MAX = 8 << 20   # an image config (labels, env, history); larger ones are refused, not read   # ASCII digits only: str.isdigit() also takes '²' and '٣'
 
 
@@ -100,6 +103,19 @@ def artifact_blob(manifest: dict, media_type: str, what: str) -> str | None:
     """The digest of the artifact's one layer of media_type, or None when it holds none."""
     _, layers = image_manifest(manifest, what)
     return next((layer["digest"] for layer in layers if layer.get("mediaType") == media_type), None)
+
+
+def put_document(reg: Registry, repo: str, tag: str, data: dict, media_type: str, subject: str) -> str:
+    """Store one of imgbuild's JSON documents beside an image as an OCI artifact under `tag` (the writing side of
+    stored_document): an empty config, the document as its one layer, the image's digest as an annotation."""
+    body = json.dumps(data, sort_keys=True, indent=1).encode()
+    config = reg.put_blob(repo, b"{}")
+    layer = reg.put_blob(repo, body)
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": media_type,
+                "config": {"mediaType": ARTIFACT_CONFIG, "digest": config, "size": 2},
+                "layers": [{"mediaType": media_type, "digest": layer, "size": len(body)}],
+                "annotations": {"io.imgbuild.subject": subject}}
+    return reg.put_manifest(repo, tag, json.dumps(manifest, sort_keys=True).encode(), OCI_MANIFEST)
 
 
 def stored_document(reg: Registry, repo: str, reference: str, media_type: str, what: str) -> dict | None:

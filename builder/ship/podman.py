@@ -19,18 +19,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import re
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from builder.errors import EngineError
-from builder.ship.engine import PUSH_RETRIES, BuildRequest, Engine, Result
+from builder.ship.engine import BuildRequest, Engine, Result
 
 LOOPBACK = re.compile(r"^(127\.\d+\.\d+\.\d+|localhost|\[::1\])(:\d+)?/")
 ULIMITS = ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"]
@@ -74,7 +71,7 @@ class PodmanEngine(Engine):
         named = cli or os.environ.get("IMGBUILD_PODMAN") or shutil.which("podman")
         if not named:
             raise EngineError("podman not found", hint="install it (Debian: apt-get install podman buildah; "
-                                                       "scripts/setup-host.sh --podman), or name it with IMGBUILD_PODMAN")
+                                                       "scripts/setup-test-host.sh installs both), or name it with IMGBUILD_PODMAN")
         engine = cls(cli=named, mode="podman")
         engine.ping()
         return engine
@@ -112,60 +109,16 @@ class PodmanEngine(Engine):
             argv += ["--network", req.network]
         return argv + [str(req.context)]
 
-    def run_container(self, image: str, argv: Sequence[str], *, mounts: Sequence[tuple[str, str]] = (),
-                      gpus: bool = False, network: bool = False, input: str | None = None,
-                      timeout: float = 900, env: dict | None = None, shm_size: str | None = None,
-                      platform: str | None = None, hostname: str | None = None,
-                      writable: Sequence[tuple[str, str]] = ()) -> Result:
-        cmd = ["run", "--rm", "-i", *ULIMITS, *tls(image)]
-        if hostname:
-            cmd += ["--hostname", hostname]
-        if platform:
-            cmd += ["--platform", platform]
-        if not network:
-            cmd += ["--network", "none"]
-        if gpus:
-            cmd += ["--device", "nvidia.com/gpu=all"]   # CDI: the spec nvidia-ctk writes
-        if shm_size:
-            cmd += ["--shm-size", shm_size]
-        for key, value in sorted((env or {}).items()):
-            cmd += ["--env", f"{key}={value}"]
-        for src, dst in mounts:
-            cmd += ["--volume", f"{src}:{dst}:ro"]
-        for src, dst in writable:
-            cmd += ["--volume", f"{src}:{dst}"]
-        cmd += ["--entrypoint", argv[0], image, *argv[1:]]
-        return self._docker(*cmd, input=input, timeout=timeout)
+    def _registry_flags(self, ref: str) -> list[str]:
+        return tls(ref)
 
-    def inspect(self, ref: str) -> dict | None:
-        res = self._docker("image", "inspect", ref, timeout=60)
-        if res.returncode != 0:
-            return None
-        found = json.loads(res.stdout or "[]")
-        return found[0] if found else None
+    def _push_flags(self, ref: str) -> list[str]:
+        # v2s2: the manifest type the Docker engine pushes, so the registry holds one kind whoever built.
+        return ["--quiet", "--format", "v2s2", *tls(ref)]
 
-    def push(self, ref: str, on_retry: Callable[[str], None] = lambda line: None) -> None:
-        for delay in (*PUSH_RETRIES, None):
-            # v2s2: the manifest type the Docker engine pushes, so the registry holds one kind whoever built.
-            res = self._docker("push", "--quiet", "--format", "v2s2", *tls(ref), ref, timeout=3600)
-            if res.returncode == 0:
-                return
-            if delay is None:
-                raise EngineError(f"push of {ref} failed after {len(PUSH_RETRIES)} retries: "
-                                  f"{(res.stderr or res.stdout).strip()[-800:]}")
-            on_retry(f"push of {ref} failed; retrying in {delay:g} s")
-            time.sleep(delay)
-
-    def pull(self, ref: str, platform: str | None = None) -> None:
-        self._ok(f"pull of {ref}", "pull", "--quiet", *tls(ref), *(["--platform", platform] if platform else []), ref,
-                 timeout=3600)
-
-    def remove(self, *refs: str) -> None:
-        if refs:
-            self._docker("image", "rm", "--force", *refs, timeout=300)
-
-    def save(self, ref: str, dest: Path) -> None:
-        self._ok(f"save of {ref}", "save", "--format", "docker-archive", "--output", str(dest), ref, timeout=1800)
+    def _run_flags(self, image: str, gpus: bool) -> list[str]:
+        # CDI for GPUs: the spec nvidia-ctk writes
+        return [*ULIMITS, *tls(image)] + (["--device", "nvidia.com/gpu=all"] if gpus else [])
 
     def platform(self) -> str:
         if self._platform is None:

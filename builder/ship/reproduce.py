@@ -29,13 +29,11 @@ from builder.errors import ImgbuildError
 from builder.plan.layout import layer_repo, release_repo
 from builder.ship.engines import choose
 from builder.ship.hostconf import HostConf
-from builder.ship.oci import stored_document
+from builder.ship.oci import put_document, stored_document
 from builder.ship.podman import insecure
 from builder.ship.registry import Ref, Registry
 
 ARTIFACT = "application/vnd.imgbuild.rebuild.v1+json"
-CONFIG = "application/vnd.imgbuild.config.v1+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 
 class RebuildError(ImgbuildError):
@@ -237,8 +235,12 @@ def _copy_released(ref: str, tmp: Path) -> Path:
     """The released image's blobs as stored (compressed), copied by skopeo into a folder."""
     folder = tmp / "released"
     tls = ["--src-tls-verify=false"] if insecure(ref) else []
-    proc = subprocess.run(["skopeo", "copy", "--quiet", *tls, f"docker://{ref}", f"dir:{folder}"],
-                          capture_output=True, text=True, timeout=3600)
+    try:
+        proc = subprocess.run(["skopeo", "copy", "--quiet", *tls, f"docker://{ref}", f"dir:{folder}"],
+                              capture_output=True, text=True, timeout=3600)
+    except FileNotFoundError:
+        raise RebuildError("skopeo is not installed: it reads the released layers to compare them file by file",
+                           hint="Debian: apt-get install skopeo (scripts/setup-test-host.sh installs it)") from None
     if proc.returncode != 0:
         raise RebuildError(f"skopeo could not copy {ref}: {proc.stderr.strip()[-400:]}")
     return folder
@@ -252,7 +254,7 @@ def _released_entries(folder: Path, diff_ids: list, keep: frozenset = frozenset(
     entries: dict = {}
     for diff_id in diff_ids:
         with open(folder / pairs[diff_id].split(":", 1)[1], "rb") as blob:
-            _merge(entries, layerdiff.read_layer(blob, keep))
+            entries.update(layerdiff.read_layer(blob, keep))   # later layers win; whiteouts are entries
     return entries
 
 
@@ -266,26 +268,13 @@ def _archive_entries(archive: Path, diff_ids: list, keep: frozenset = frozenset(
         by_id = dict(zip(_diff_ids(config), manifest["Layers"]))
         for diff_id in diff_ids:
             with tar.extractfile(by_id[diff_id]) as layer:
-                _merge(entries, layerdiff.read_layer(layer, keep))
+                entries.update(layerdiff.read_layer(layer, keep))
     return entries
 
 
-def _merge(into: dict, layer: dict) -> None:
-    """Apply one layer over those beneath it (whiteouts kept as entries: removing a file is part of a layer)."""
-    into.update(layer)
-
-
-def record(registry: Registry, spec, report: RebuildReport, repo: str) -> str:
+def record(registry: Registry, report: RebuildReport, repo: str) -> str:
     """Store the result beside the released image: an OCI artifact tagged sha256-DIGEST.rebuild."""
-    body = json.dumps(report.to_json(), sort_keys=True, indent=1).encode()
-    config = b"{}"
-    cdig = registry.put_blob(repo, config)
-    bdig = registry.put_blob(repo, body)
-    oci = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-           "config": {"mediaType": CONFIG, "digest": cdig, "size": len(config)},
-           "layers": [{"mediaType": ARTIFACT, "digest": bdig, "size": len(body)}],
-           "annotations": {"io.imgbuild.subject": report.digest}}
-    registry.put_manifest(repo, rebuild_tag(report.digest), json.dumps(oci).encode(), OCI_MANIFEST)
+    put_document(registry, repo, rebuild_tag(report.digest), report.to_json(), ARTIFACT, report.digest)
     return f"{registry.host}/{repo}:{rebuild_tag(report.digest)}"
 
 
