@@ -276,11 +276,11 @@ class Engine:
         a cache mount, outside the image, and changes no byte of it)."""
         yield dataclasses.replace(self, no_cache=True)
 
-    def file_times(self) -> str | None:
-        """Why this engine cannot give every file of a layer one fixed time, or None when it can. BuildKit
-        rewrites file times to SOURCE_DATE_EPOCH from 0.13 (rewrite-timestamp); the engine's built-in
-        BuildKit of Docker 20.10-24 is older, and imgbuild does not drive buildx's exporter option yet."""
-        version = self.ping()
+    def file_times(self, version: str) -> str | None:
+        """Why this engine (of `version`, as ping() said) cannot give every file of a layer one fixed time, or
+        None when it can. BuildKit rewrites file times to SOURCE_DATE_EPOCH from 0.13 (rewrite-timestamp); the
+        engine's built-in BuildKit of Docker 20.10-24 is older, and imgbuild does not drive buildx's exporter
+        option yet."""
         if self.mode == "builtin":
             return (f"the Docker engine {version}'s built-in BuildKit stamps each file with the time it was "
                     "written: file times cannot be fixed before BuildKit 0.13 (rewrite-timestamp)")

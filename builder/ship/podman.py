@@ -139,5 +139,5 @@ class PodmanEngine(Engine):
             return False
         return any(p.is_dir() and any(p.glob("nvidia*.y*ml")) for p in CDI_SPECS)
 
-    def file_times(self) -> str | None:
+    def file_times(self, version: str) -> str | None:
         return None   # --timestamp: every file of the layer carries SOURCE_DATE_EPOCH

@@ -107,8 +107,8 @@ def rebuild(prepared, target: str, say, engine_kind: str | None = None, docker: 
         raise RebuildError(f"--layer {', '.join(sorted(unknown))}: not a layer of {ref} (its layers: "
                            f"{', '.join(n.name for n in chain)})")
     chain = [n for n in chain if not layers or n.name in layers]
-    why_times = engine.file_times()
     version = engine.ping()
+    why_times = engine.file_times(version)
     report = RebuildReport(target=target, stack=stack, digest=digest, engine=f"{engine.kind} {version}",
                            file_times=why_times, epoch=spec.site.source_date_epoch,
                            when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
