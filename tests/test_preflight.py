@@ -308,6 +308,15 @@ FAILS = [
     Fail("te-version-beyond-the-catalog", S("ngc2509", ["site", "tex"]), "IB002", "unknown",
          r"^transformer_engine 4\.0\.0 is newer than any release", "layers.tex.params.version",
          extra={"layers": {"tex": {"kind": "transformer-engine", "params": {"version": "4.0.0"}}}}),
+    # A published release beyond what the catalog's facts were read through exists: said so, not "may not exist".
+    Fail("te-release-beyond-the-facts", S("ngc2509", ["site", "tex"]), "IB002", "unknown",
+         r"^transformer_engine 2\.15\.0 is a published release, newer than the catalog's facts were read through "
+         r"\(2\.11\.0\)", "layers.tex.params.version",
+         extra={"layers": {"tex": {"kind": "transformer-engine", "params": {"version": "2.15.0"}}}}),
+    # flash-attn has a release list and no newest_known record: beyond the list is still judged.
+    Fail("flash-attn-beyond-its-release-list", S("ngc2509", ["site", "fax"]), "IB002", "unknown",
+         r"^flash_attn 2\.99\.0 is newer than any release the catalog knows \(up to 2\.8\.3\.post2\)",
+         "layers.fax.params.version", extra={"layers": {"fax": {"kind": "flash-attn", "params": {"version": "2.99.0"}}}}),
     # Issue 21: was refused by lint with the arch-list message (IB104); the reason is that the op needs CUDA.
     Fail("ds-cuda-op-on-a-cpu-stack", S("deb", ["cput", "dsf"], gpus=[]), "IB045", "error",
          r"^fused_adam needs CUDA: DeepSpeed builds it from CUDA kernels with nvcc, and stack 's' has no CUDA "

@@ -46,6 +46,21 @@ def test_a_version_beyond_the_newest_is_unknown_not_an_error(tmp_path):
     assert [(f["rule"], f["severity"]) for f in found] == [("IB002", "unknown")], found
 
 
+@pytest.mark.parametrize("version, rules", [("2.15.99", ["IB003"]), ("2.15.0", ["IB002"]), ("2.11.0", []),
+                                             ("2.21.0", ["IB002"])])
+def test_one_finding_per_version_never_two_that_disagree(tmp_path, version, rules):
+    """transformer-engine 2.15.99 was both "never released" (IB003) and "newer than any release" (IB002), and the
+    real 2.15.0 "may not exist": the newest known is the release list's as much as newest_known's."""
+    data = shipped_data()
+    data["layers"]["te-as-shipped"]["params"] = {"version": version}
+    res = run_cli("check", "--json", "stack=h100-megatron", "-f", write_stacks(tmp_path, data))
+    found = [f for f in json.loads(res.out)["findings"] if f["rule"] in ("IB002", "IB003")
+             and f["key"] == "layers.te-as-shipped.params.version"]
+    assert sorted({f["rule"] for f in found}) == rules, found
+    if rules == ["IB002"] and version == "2.15.0":
+        assert "may not exist" not in found[0]["message"] and "published release" in found[0]["message"], found
+
+
 def test_every_list_names_where_it_was_read():
     for field in ("deepspeed", "megatron", "transformer_engine", "flash_attn"):
         known = catalog.releases(field)
@@ -82,6 +97,14 @@ def test_an_ngc_month_the_catalog_lacks_is_one_warning_naming_the_months_it_know
     # A base that declares what it provides is judged by that: no IB004, its own findings stand.
     _, found = _ngc(tmp_path, "26.03", provides=True)
     assert not [f for f in found if f["rule"] == "IB004"], found
+
+
+def test_a_month_that_cannot_exist_is_refused_whatever_the_base_declares(tmp_path):
+    """What a base declares it provides does not make nvcr.io/nvidia/pytorch:25.13-py3 pullable."""
+    for month in ("25.13", "25.00"):
+        res, found = _ngc(tmp_path, month, provides=True)
+        assert res.code == 3 and [(f["rule"], f["severity"]) for f in found] == [("IB004", "error")], found
+        assert "is not a month NGC can have" in found[0]["message"]
 
 
 @pytest.mark.parametrize("provides, refused", [(None, True), ({"python": "3.11.2", "os": "debian-12"}, False)])

@@ -163,17 +163,34 @@ def driver_floor(ctx: Ctx) -> Iterator[Finding]:
 
 @rule("IB002", "a version newer than the catalog knows")
 def newer_than_known(ctx: Ctx) -> Iterator[Finding]:
-    """A declared version beyond the newest release the catalog was read through may not exist (a typo such
-    as 0.19.99 or 0.42.0 passed `check --strict` in silence), and no fact of the catalog speaks for it: an
-    unknown, not a pass. The index has the answer: resolving the lock fails on a version it does not have."""
+    """A declared version beyond the newest release the catalog knows may not exist (a typo such as 0.19.99 or
+    0.42.0 passed `check --strict` in silence), and no fact of the catalog speaks for it: an unknown, not a pass.
+    The newest known is the newer of the release list's newest and newest_known (read at other times). A listed
+    release beyond what the catalog's facts were read through (newest_known) exists, but no fact speaks for it
+    either: an unknown that says so. A version inside the list's range but not on it is IB003's error alone."""
     for name, fact in sorted(ctx.facts.facts.items()):
-        newest = catalog.newest_known(name)
-        if newest is None or fact.origin != "declared" or not isinstance(fact.value, Version):
+        if fact.origin != "declared" or not isinstance(fact.value, Version):
             continue
-        if fact.value.release > Version(newest.value).release:
+        facts_through = catalog.newest_known(name)
+        listed = catalog.releases(name)
+        value = Version(fact.value.base_version)
+        if listed is not None and value in listed.value:
+            if facts_through is not None and value > Version(facts_through.value):
+                yield ctx.find("IB002", "unknown", fact.key, f"{name} {fact.value} is a published release, newer "
+                               f"than the catalog's facts were read through ({facts_through.value}): no known fact "
+                               "speaks for it", known=facts_through,
+                               fix=f"use {facts_through.value} or older, or add what you know of {fact.value} to the "
+                                   "site's catalog (site.catalog: newest_known, and its records)")
+            continue
+        tops = [(Version(facts_through.value), facts_through)] if facts_through else []
+        tops += [(listed.value[-1], listed)] if listed is not None else []
+        if not tops:
+            continue
+        top, known = max(tops, key=lambda t: t[0])
+        if value.release > top.release:
             yield ctx.find("IB002", "unknown", fact.key, f"{name} {fact.value} is newer than any release the "
-                           f"catalog knows (up to {newest.value}): it may not exist, and no known fact speaks for it",
-                           known=newest, fix="check the version on the index (imgbuild lock resolves it there); a "
+                           f"catalog knows (up to {top}): it may not exist, and no known fact speaks for it",
+                           known=known, fix="check the version on the index (imgbuild lock resolves it there); a "
                            "release the catalog lacks goes in the site's catalog (site.catalog: releases, newest_known)")
 
 

@@ -108,7 +108,11 @@ def unknown_bases(spec: Spec, stacks: list[Stack], lock: Lock | None, found: lis
         if catalog.base_record(base.family, base.image) is not None:
             continue
         entry = lock.bases.get(base.name) if lock is not None else None
-        if base.provides or (entry is not None and base.locked_by(entry, spec.site) and entry.facts):
+        framework = catalog.NGC_FRAMEWORK.get(base.family)
+        m = catalog.NGC_TAG.search(base.image)
+        impossible = framework is not None and m is not None and not 1 <= int(m.group(2).split(".")[1]) <= 12
+        # What the base declares it provides does not make a month that cannot exist pullable.
+        if not impossible and (base.provides or (entry is not None and base.locked_by(entry, spec.site) and entry.facts)):
             continue
         users = [s.name for s in stacks if s.base.name == base.name]
         # What the base's being unknown causes: the unknowns of its stacks, and their tag fields nothing gives (IB005).
@@ -117,8 +121,6 @@ def unknown_bases(spec: Spec, stacks: list[Stack], lock: Lock | None, found: lis
         key = ("bases", base.name, "image")
         folded = (f"; {len(dropped)} check(s) of {', '.join(users)} cannot be judged until they are known"
                   if dropped else "")
-        framework = catalog.NGC_FRAMEWORK.get(base.family)
-        m = catalog.NGC_TAG.search(base.image)
         if framework is None or m is None:
             # Any other base nobody knows: no record, nothing declared, never measured. --strict refuses it.
             out.append(Finding(
@@ -132,7 +134,6 @@ def unknown_bases(spec: Spec, stacks: list[Stack], lock: Lock | None, found: lis
             continue
         months = sorted(catalog.ngc_releases(framework), key=lambda r: tuple(map(int, r.split("."))))
         month = m.group(2)
-        impossible = not 1 <= int(month.split(".")[1]) <= 12
         name = f"NGC {catalog.FRAMEWORK_NAME[framework]} {month}"
         out.append(Finding(
             rule="IB004", severity="error" if impossible else "warning", file=spec.file,
