@@ -153,6 +153,12 @@ def test_a_feature_branch_builds_every_layer_and_releases_nothing(repo):
     assert {k: (v["action"], v["status"]) for k, v in run["nodes"].items()} == \
         {layer: ("build", "passed") for layer in LAYERS}, run["nodes"]
     assert "downstream pipeline" in run["out"]          # the child ran from the generate job's artifact
+    # Issue 36: with its lock current the pipeline passes the lock check first, then every node job builds with
+    # --require-locked (a pip layer whose set is not locked would be refused) and says its sets are locked.
+    assert re.search(r"PASS\s+lock-check", run["out"]), run["out"][-6000:]
+    for layer in LAYERS:
+        assert any(f"node-{layer}-" in line and "--require-locked" in line for line in run["out"].splitlines()), layer
+    assert "lock: every pip layer's set is locked" in run["out"] and "IB096" not in run["out"], run["out"][-6000:]
     assert ran(run["out"], "generate") and not ran(run["out"], "review")   # a push, not a merge request
     assert not ran(run["out"], "release-cpu-smoke") and "released" not in run["out"], run["out"][-4000:]
     assert tags() == {t: None for t in TAGS}

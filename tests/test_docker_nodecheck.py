@@ -21,7 +21,7 @@ import subprocess
 
 import pytest
 
-from conftest import slurm_cluster
+from conftest import REPO, slurm_cluster
 from e2e import NS, REGISTRY, imgbuild, release, stacks_file
 from tiny import site
 
@@ -82,7 +82,9 @@ def test_the_slurm_job_runs_the_check_in_two_tasks(work, first, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = job.read_text()
     assert "#SBATCH --ntasks-per-node=2" in text and "export DS_ACCELERATOR=cpu" in text
+    # No path of the machine that wrote it: neither the test's folders, the checkout nor the home folder.
     assert "#SBATCH --exclusive" in text and str(tmp_path) not in text and str(work) not in text
+    assert str(REPO) not in text and str(Path.home()) not in text and "/builder/nodecheck/" not in text
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     job = elsewhere / "job.sh"

@@ -9,6 +9,7 @@ failure, an existing file kept, bad input refused with exit 2."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 import json
 import subprocess
 import sys
@@ -73,6 +74,11 @@ def embedded(obj) -> list[dict]:
     elif kind == "PyTorchJob":
         out += [{"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "x"}, "template": r["template"]}
                 for r in obj["spec"]["pytorchReplicaSpecs"].values()]
+    elif kind == "TrainJob":   # what a runtime patch lays over the cluster runtime's pod, read as a pod of its own
+        for patch in obj["spec"].get("runtimePatches", []):
+            for rj in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+                out.append({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "x"},
+                            "template": rj["template"]["spec"]["template"]})
     return out
 
 
@@ -92,14 +98,31 @@ def crd_errors(obj) -> list[str]:
     return [e.message for e in jsonschema.Draft4Validator(schema).iter_errors(obj)]
 
 
-@pytest.mark.parametrize("flavor", k8s.FLAVORS)
-def test_each_flavor_validates_against_its_schemas(flavor, tmp_path):
-    docs = objects(flavor)
+# The site profile above, and the other shapes a profile makes: host networking under another scheduler; Volcano
+# as the scheduler (the TrainingRuntime's podGroupPolicy); the trainjob on the cluster's own runtime (a patch).
+PROFILES = {"site": SITE,
+            "host-network": replace(SITE, host_network=True, scheduler_name="scheduler-plugins-scheduler"),
+            "volcano-scheduler": replace(SITE, scheduler_name="volcano"),
+            "cluster-runtime": replace(SITE, trainer_runtime="torch-distributed")}
+
+
+@pytest.mark.parametrize("flavor, profile", [(f, p) for p in PROFILES for f in k8s.FLAVORS
+                                             if p != "cluster-runtime" or f == "trainjob"])   # only trainjob reads it
+def test_each_flavor_validates_against_its_schemas(flavor, profile, tmp_path):
+    docs = objects(flavor, settings=PROFILES[profile])
+    if profile == "host-network":
+        assert all(p["spec"]["hostNetwork"] is True and p["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+                   and p["spec"]["schedulerName"] == ("volcano" if flavor == "volcano" else "scheduler-plugins-scheduler")
+                   for p in pods(docs)), flavor
+    if profile == "volcano-scheduler" and flavor == "trainjob":
+        assert docs[-2]["spec"]["podGroupPolicy"] == {"volcano": {}}
+    if profile == "cluster-runtime":
+        assert [d["kind"] for d in docs if custom(d)] == ["TrainJob"] and embedded(docs[-1]), docs
     core = [d for d in docs if not custom(d)] + [e for d in docs if custom(d) for e in embedded(d)]
     for d in docs:
         if custom(d):
             assert crd_errors(d) == [], (d["kind"], crd_errors(d))
-    for version in VERSIONS:
+    for version in VERSIONS if profile == "site" else VERSIONS[-1:]:   # the other profiles: the newest alone
         proc = kube_validate(core, tmp_path, version)
         assert proc.returncode == 0 and proc.stdout.count("passed for resource") == len(core), proc.stdout + proc.stderr
     # Positive controls: a misspelt field in the custom resource, a count that is no number in a core object.
@@ -222,6 +245,17 @@ def test_each_partition_gets_its_own_runtime_env_in_every_launcher(tmp_path):
         assert f"export NCCL_IB_HCA={hca}" in text and f"#SBATCH --partition=gpu-{part}" in text
     assert "NCCL_IB_GID_INDEX" in (tmp_path / "a100.sbatch").read_text()
     assert "NCCL_IB_GID_INDEX" not in (tmp_path / "h100.sbatch").read_text()
+    # Every Kubernetes flavour carries the partition's env where its pods get it (the trainjob: trainer.env).
+    for flavor in k8s.FLAVORS:
+        for part, hca in (("h100", "mlx5_0,mlx5_3"), ("a100", "mlx5_0,mlx5_1")):
+            k = tmp_path / f"{flavor}-{part}.yaml"
+            assert run("--emit-k8s", str(k), "--partition", part, "--nodes", "2", "--k8s-flavor", flavor).code == 0
+            docs = list(yaml.safe_load_all(k.read_text()))
+            lists = [docs[-1]["spec"]["trainer"]["env"]] if flavor == "trainjob" else \
+                [p["spec"]["containers"][0]["env"] for p in pods(docs)]
+            for found in lists:
+                env = {e["name"]: e.get("value") for e in found}
+                assert env["NCCL_IB_HCA"] == hca and ("NCCL_IB_GID_INDEX" in env) == (part == "a100"), (flavor, env)
 
 
 def test_an_existing_file_is_kept_bad_input_exits_2_and_the_wait_ends_on_failure(tmp_path):
@@ -261,6 +295,26 @@ def test_a_bad_site_k8s_profile_is_refused_naming_the_key(tmp_path, setting, wor
     assert res.code == 2 and "site.k8s." in res.err and words in res.err, res.output
 
 
+@pytest.mark.parametrize("section, setting, key, words", [
+    ("slurm", {"enroot_version": "four"}, "site.slurm.enroot_version", "is not a version (3.5.0)"),
+    ("slurm", {"exclusive": "yes"}, "site.slurm.exclusive", "expected true or false"),
+    ("slurm", {"partiton": "gpu"}, "site.slurm", "partition"),
+    ("slurm", {"time": "half an hour"}, "site.slurm.time", "is not a time limit"),
+    ("slurm", {"account": "proj llm"}, "site.slurm.account", "is not an account name"),
+    ("partitions", {"h100": {"env": {"NCCL_IB_HCA": "$(curl evil)"}}}, "site.partitions.h100.env.NCCL_IB_HCA", "'$'"),
+    ("partitions", {"h100": {"slurm_partiton": "gpu"}}, "site.partitions.h100", "slurm_partition"),
+    ("partitions", {"h 100": {}}, "site.partitions.h 100", "is not a partition name"),
+])
+def test_a_bad_site_slurm_or_partition_is_refused_naming_the_key(tmp_path, section, setting, key, words):
+    """site.slurm and site.partitions as a site writes them in stacks.yaml: each mistake exits 2 at `check`,
+    naming the file, the key and why, before any launch file is written."""
+    data = shipped_data()
+    data["site"][section] = setting
+    for _ in range(2):
+        res = run_cli("check", "-f", str(write_stacks(tmp_path, data)))
+        assert res.code == 2 and key in res.err and words in res.err and "stacks.yaml" in res.err, res.output
+
+
 def test_the_enroot_environment_of_a_partition_is_the_images_with_the_partitions_over_it():
     from builder.export import enroot_files
     config = {"config": {"Env": ["PATH=/opt/venv/bin:/usr/bin", "NCCL_IB_HCA=mlx5"]}}
@@ -288,3 +342,38 @@ def test_a_trainjob_on_the_clusters_own_runtime_patches_what_a_patch_may_carry()
     assert set(pod) <= {"affinity", "nodeSelector", "tolerations", "volumes", "imagePullSecrets", "containers"}
     assert pod["affinity"]["podAntiAffinity"] and {"name": "worker", "configMap": {"name": "imgbuild-node-check-worker"}} \
         in pod["volumes"]
+
+
+# What each flavour's object reports when it ended well, ended badly, and while it runs (jsonpath output).
+_STATES = {"job": ("Complete", "Failed", ""), "jobset": ("Completed", "Failed", ""),
+           "trainjob": ("Complete", "Failed", "Created"), "volcano": ("Completed", "Aborted", "Pending"),
+           "pytorchjob": ("Succeeded", "Failed", "Created Running")}
+
+
+@pytest.mark.parametrize("flavor", k8s.FLAVORS)
+def test_the_printed_wait_exits_0_only_when_the_check_completed(tmp_path, flavor):
+    """The wait the file's header prints, run by bash against a kubectl that answers as the cluster would: it
+    ends on success (0) and on failure (1); an object that is not there, or one that never ends (pods that
+    cannot be placed stay Pending), ends it with 1 too instead of a loop for ever."""
+    run = emit(tmp_path, "--k8s-flavor", flavor)
+    out = tmp_path / f"{flavor}.yaml"
+    assert run("--emit-k8s", str(out)).code == 0
+    head = [line[len("#   "):] for line in out.read_text().splitlines() if line.startswith("#   ")]
+    start = next(i for i, line in enumerate(head) if line.startswith("kubectl apply")) + 1
+    stop = next(i for i, line in enumerate(head) if line.startswith("kubectl logs"))
+    script = "\n".join(head[start:stop])
+    assert script.count("kubectl get") == 1, script
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "kubectl").write_text('#!/bin/sh\n[ "$STATE" = missing ] && { echo "NotFound" >&2; exit 1; }\n'
+                                  'printf %s "$STATE"\n')
+    (bin_ / "sleep").write_text("#!/bin/sh\nexit 0\n")   # the loop's 10 s pauses, not the test's
+    for tool in bin_.iterdir():
+        tool.chmod(0o755)
+    ok, bad, running = _STATES[flavor]
+    for state, seconds, code, says in ((ok, "1800", 0, ok), (bad, "1800", 1, bad), ("missing", "1800", 1, "not found"),
+                                       (running, "1", 1, "not ended after 1 s")):
+        for _ in range(2):
+            env = {"PATH": f"{bin_}:/usr/bin:/bin", "STATE": state, "WAIT_SECONDS": seconds}
+            proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+            assert proc.returncode == code and says in proc.stdout, (state, proc.returncode, proc.stdout, proc.stderr)

@@ -312,9 +312,23 @@ _DONE = {
 }
 
 
+def wait_lines(flavor: str, name: str, namespace: str | None = None) -> list[str]:
+    """A wait for the check's end, in bash, that exits 0 only when it completed: 1 when it failed, when the
+    object is gone (a typo, deleted) and when it has not ended in WAIT_SECONDS (30 min by default: pods that
+    cannot be placed stay Pending for ever, and `kubectl wait --for=condition` sits out its timeout on a failure)."""
+    kind, path, ok, bad = _DONE[flavor]
+    n = f" -n {namespace}" if namespace else ""
+    return [
+        "end=$((SECONDS + ${WAIT_SECONDS:-1800})); s=",
+        "while [ \"$SECONDS\" -lt \"$end\" ]; do",
+        f"  s=$(kubectl get {kind}/{name}{n} -o jsonpath='{path}') || {{ s=\"{kind}/{name} not found\"; break; }}",
+        f"  echo \"$s\" | grep -qE '{ok}|{bad}' && break; s=\"not ended after ${{WAIT_SECONDS:-1800}} s\"; sleep 10",
+        f"done; echo \"{kind}/{name}: $s\"; echo \"$s\" | grep -qE '{ok}' && ! echo \"$s\" | grep -qE '{bad}'",
+    ]
+
+
 def text(objects: list[dict], name: str, nodes: int, flavor: str = DEFAULT_FLAVOR) -> str:
     """The objects as one YAML stream, headed by what they need and how to run, wait for and read the check."""
-    kind, path, ok, bad = _DONE[flavor]
     ns = objects[-1]["metadata"].get("namespace")
     n = f" -n {ns}" if ns else ""
     needs = {"job": "nothing beyond Kubernetes 1.24 (Indexed Jobs)",
@@ -331,8 +345,7 @@ def text(objects: list[dict], name: str, nodes: int, flavor: str = DEFAULT_FLAVO
         "# priority_class, scheduler_name, labels, annotations, host_network, rdma_resources, shm_size,",
         "# image_pull_secret, queue), not here: the file is written again from it.",
         "#   kubectl apply -f THIS_FILE",
-        f"#   until s=$(kubectl get {kind}/{name}{n} -o jsonpath='{path}') && echo \"$s\" | grep -qE '{ok}|{bad}'; "
-        "do sleep 10; done; echo \"$s\"",
+        *(f"#   {line}" for line in wait_lines(flavor, name, ns)),
         f"#   kubectl logs{n} -l {LABEL}={name} --prefix --tail=-1 > node-check.log",
         "#   imgbuild node-check --from-log node-check.log     (exit 8 when a check failed)",
         "#   kubectl delete -f THIS_FILE",
@@ -341,4 +354,4 @@ def text(objects: list[dict], name: str, nodes: int, flavor: str = DEFAULT_FLAVO
     return "\n".join(head) + "\n" + body
 
 
-__all__ = ["API", "DEFAULT_FLAVOR", "FLAVORS", "LABEL", "PORT", "check_input", "manifests", "text"]
+__all__ = ["API", "DEFAULT_FLAVOR", "FLAVORS", "LABEL", "PORT", "check_input", "manifests", "text", "wait_lines"]
