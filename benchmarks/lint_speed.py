@@ -44,6 +44,11 @@ def cases() -> dict[str, str]:
         + "wget https://x/y.sh && bash y.sh; wget https://x/y.deb && dpkg -i y.deb\n" * 3000 + "EOF\n",
         "nesting 2,000 $( deep": BASE + "RUN " + "a=$(" * 2000 + "x" + ")" * 2000 + "\n",
         "unterminated quote": BASE + 'RUN pip install "unterminated && git clone https://github.com/x/y\n',
+        # Just under lint's 1 MiB limit: one heredoc of 30,000 lines (reading it was quadratic: 3 MB took 38 s).
+        "a 0.96 MB heredoc": BASE + "RUN <<EOF bash\n" + "echo line number something here\n" * 30000 + "EOF\n",
+        # Variables that double each other 40 times (under 1 kB): a bounded expansion, not all of memory.
+        "ENV doubled 40 times": BASE + "ENV A0=xx\n" + "".join(f"ENV A{i}=$A{i - 1}$A{i - 1}\n" for i in range(1, 41))
+        + "RUN pip install torch==$A40\n",
     }
 
 

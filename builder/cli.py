@@ -719,7 +719,7 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
          as_json: bool = JsonOpt) -> None:
     """Lint a stacks file (its values and every rendered Dockerfile) or hand-written Dockerfiles."""
     from builder.rules.findings import errors, ordered, strict as make_strict, summary
-    from builder.core.dockerfile import dockerfiles_in
+    from builder.core.dockerfile import dockerfiles_in, read as read_dockerfile
     from builder.rules.lint import lint_dockerfile
     from builder.rules.review import review
     json_mode("lint", as_json)
@@ -732,9 +732,11 @@ def lint(paths: List[Path] = typer.Argument(..., help="stacks.yaml, Dockerfiles,
             continue
         for dockerfile in dockerfiles_in(path):
             try:
-                text = dockerfile.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise SpecError(f"cannot read: {exc}", file=str(dockerfile)) from None
+                text = read_dockerfile(dockerfile)
+            except OSError as exc:
+                raise SpecError(f"cannot read: {exc.strerror or exc}", file=str(dockerfile)) from None
+            except ValueError as exc:
+                raise SpecError(f"cannot lint: {exc}", file=str(dockerfile)) from None
             found += lint_dockerfile(text, str(dockerfile))
             count += 1
     found = ordered(make_strict(found) if strict else found)

@@ -35,6 +35,24 @@ def test_an_install_in_a_cuda_branch_is_judged_against_that_branch(package, expe
             in f.message, f.message
 
 
+@pytest.mark.parametrize("run, expected", [
+    ('if nvcc --version | grep -q "release 13"; then pip install cupy-cuda13x==13.6.0; '
+     'else pip install cupy-cuda12x==13.6.0; fi', []),
+    ('case "$(nvcc --version)" in *13.*) pip install cupy-cuda13x==13.6.0 ;; *) pip install cupy-cuda12x==13.6.0 ;; esac',
+     []),
+    ("if [ -d /usr/local/cuda-13 ]; then pip install cupy-cuda13x==13.6.0; fi", []),
+    # twins: the guard names another CUDA than the package's (unknown: lint cannot run nvcc), and no guard at all
+    ('if nvcc --version | grep -q "release 12"; then pip install cupy-cuda13x==13.6.0; fi', ["unknown"]),
+    ("pip install cupy-cuda13x==13.6.0", ["error"]),
+])
+def test_a_cuda_test_lint_cannot_evaluate_guards_its_branch(run, expected):
+    """On CUDA 12.4.1, `if nvcc --version | grep -q "release 13"; then pip install cupy-cuda13x` was an IB108 error
+    (so was the same through `case "$(nvcc --version)"`): the branch runs only where the test finds CUDA 13. A
+    guard naming the package's CUDA (or an else of one naming the base's) is what it should be; one naming
+    another is unknown, with the test quoted; no guard is the error."""
+    assert [f.severity for f in found(CUDA12 + f"RUN {run}\n", "IB108")] == expected
+
+
 @pytest.mark.parametrize("cuda, expected", [("12.8", 0), ("13.0", 1)])
 def test_a_case_over_the_cuda_version_takes_the_arm_that_matches(cuda, expected):
     """A `case` that sets the index URL per CUDA version: the arm the known version matches decides (before, the
@@ -89,6 +107,14 @@ def test_a_variable_the_base_image_sets_is_not_missing(base, expected):
     assert catalog.base_env("nvidia/cuda:12.4.1-devel-ubuntu22.04")["CUDA_VERSION"] == "12.4.1"
 
 
+@pytest.mark.parametrize("base, expected", [("FROM nvcr.io/nvidia/jax:25.04-py3@sha256:" + "d" * 64 + "\n", 0), (UBUNTU, 1)])
+def test_the_env_an_ngc_jax_base_sets_is_not_missing(base, expected):
+    """NGC JAX sets CUDA_VERSION and XLA_FLAGS (JAX-Toolbox's Dockerfiles): an ARG of that name is not empty there."""
+    text = "ARG CUDA_VERSION=12.8.1\n" + base + "RUN echo cuda=$CUDA_VERSION > /version\n"
+    assert len(found(text, "IB106")) == expected
+    assert "XLA_FLAGS" in catalog.base_env("nvcr.io/nvidia/jax:25.04-py3")
+
+
 @pytest.mark.parametrize("base, expected", [(NGC, 0), (CUDA12, 1)])
 def test_the_arch_list_an_ngc_base_sets_is_not_missing(base, expected):
     """NGC PyTorch sets TORCH_CUDA_ARCH_LIST for the GPUs of its release; nvidia/cuda sets none."""
@@ -100,6 +126,7 @@ def test_the_arch_list_an_ngc_base_sets_is_not_missing(base, expected):
 @pytest.mark.parametrize("run, expected", [
     ("V=$(git describe --tags || echo unknown) && echo $V > /version", 0),
     ('LABEL_V="$(cat /v 2>/dev/null || echo unknown)"; echo "$LABEL_V"', 0),
+    ("V=`git describe --tags || echo unknown` && echo $V > /version", 0),       # backticks: a substitution too
     ("git describe --tags > /version || echo unknown", 1),
 ])
 def test_a_fallback_inside_a_substitution_is_a_value_not_a_hidden_failure(run, expected):
@@ -168,6 +195,21 @@ def test_a_package_that_pins_its_own_torch_replaces_the_bases():
     assert not found(CUDA12 + "RUN pip install xformers\n", "IB109")
 
 
+@pytest.mark.parametrize("run, expected", [
+    ("pip install --no-deps xformers==0.0.28.post3", [("warning", "with --no-deps beside the base's torch")]),
+    ("pip install xformers==0.0.28.post3", [("error", "over the base's torch")]),
+    ("pip install --no-deps torch==2.5.1", [("error", "pip installs torch over the base's torch")]),
+])
+def test_no_deps_keeps_torch_but_not_the_abi(run, expected):
+    """`pip install --no-deps xformers==0.0.28.post3` on NGC was said to install xformers "over the base's torch":
+    --no-deps keeps torch; what is wrong is xformers' compiled code, built for torch 2.5.1 (a warning naming the
+    ABI). torch itself with --no-deps still replaces torch."""
+    hits = found(NGC + f"RUN {run}\n", "IB109")
+    assert [(f.severity, words) for f, (_, words) in zip(hits, expected) if words in f.message] == expected, \
+        [(f.severity, f.message) for f in hits]
+    assert len(hits) == len(expected)
+
+
 @pytest.mark.parametrize("python, expected", [("3.10", 1), ("3.12", 0), ("3.10.14", 0)])
 def test_uv_venv_with_a_python_the_base_lacks_downloads_one(python, expected):
     """NGC 25.03 has Python 3.12.3: `uv venv --python 3.10` downloads the newest 3.10.x."""
@@ -187,6 +229,62 @@ def test_hostile_shell_is_linted_without_a_crash(run):
     findings = lint_dockerfile(UBUNTU + "RUN " + run + "\n", "Dockerfile")
     deep = [f for f in findings if f.rule == "IB116"]
     assert all(f.severity == "unknown" and "did not read past" in f.message for f in deep)
+
+
+@pytest.mark.parametrize("shape", ["ENV", "ARG", "shell"])
+def test_variables_that_double_each_other_are_linted_in_bounded_memory(tmp_path, shape):
+    """Under 1 kB of B=$A$A, C=$B$B, ... 40 times filled all memory (OOM-killed; MemoryError under 2 GB): an
+    expansion grows by at most shell.MAX_EXPANSION, beyond which a reference stays unexpanded (not known).
+    Run by the CLI in a process held to 1 GiB, so a regression is an error here, not the test runner killed."""
+    import resource
+    import subprocess
+    import sys
+    if shape == "shell":
+        body = "RUN A0=xx; " + "; ".join(f"A{i}=$A{i - 1}$A{i - 1}" for i in range(1, 41)) + "; pip install torch==$A40\n"
+    else:
+        body = f"{shape} A0=xx\n" + "".join(f"{shape} A{i}=$A{i - 1}$A{i - 1}\n" for i in range(1, 41)) + \
+            "RUN pip install torch==$A40\n"
+    path = tmp_path / "bomb.Dockerfile"
+    path.write_text(UBUNTU + body)
+    assert path.stat().st_size < 1200
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-m", "builder.cli", "lint", str(path)], capture_output=True,
+                              text=True, timeout=120, preexec_fn=limit)
+        assert proc.returncode in (0, 3) and "MemoryError" not in proc.stderr and "Traceback" not in proc.stderr, \
+            (proc.returncode, proc.stderr[-2000:])
+
+
+def test_an_expansion_keeps_a_reference_it_cannot_hold():
+    from builder.core.shell import MAX_EXPANSION, expand
+    big = "x" * (MAX_EXPANSION // 2 + 1)
+    assert expand("$A", {"A": big}) == big
+    assert expand("$A-$A", {"A": big}) == big + "-$A"          # the second would pass the bound: kept, unknown
+    assert expand("${B:-$A}", {"A": "1.0"}) == "1.0" and expand("$C", {}) == "$C"
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: p.write_text(UBUNTU + "RUN <<EOF bash\n" + "echo line\n" * 120000 + "EOF\n"),
+     "1.1 MiB: lint reads Dockerfiles of up to 1 MiB"),
+    (lambda p: __import__("os").mkfifo(p), "not a regular file"),
+    (lambda p: p.write_bytes(UBUNTU.encode() + b"RUN echo \xff\n"), "not UTF-8"),
+])
+def test_a_dockerfile_lint_cannot_read_is_refused_naming_it(tmp_path, make, words):
+    """Over 1 MiB (a real Dockerfile is kB; a 45 MB heredoc ran for minutes), a FIFO (the read blocked for
+    ever), bytes that are not UTF-8: exit 2, naming the file and why."""
+    from conftest import run_cli
+    path = tmp_path / "hostile.Dockerfile"
+    make(path)
+    res = run_cli("lint", str(path))
+    assert res.code == 2 and "hostile.Dockerfile" in res.err and words in res.err, res.output
+
+
+def test_a_heredoc_just_under_the_limit_is_linted_whole():
+    """30,000 heredoc lines (0.3 MB): read in one pass (benchmarks/lint_speed.py times it), its last line too."""
+    text = UBUNTU + "RUN <<EOF bash\n" + "echo line\n" * 30000 + "pip install six\nEOF\n"
+    assert [f.line for f in lint_dockerfile(text, "Dockerfile") if f.rule == "IB103"] == [30003]
 
 
 # -- the second reader's held-out set (docs/lint-corpus-2.yaml): one twin pair per class it found ---------
@@ -344,3 +442,11 @@ def test_requirements_are_judged_with_their_variables_put_in(run, expected):
 def test_a_repository_url_with_a_ref_after_hash_is_a_git_pin(url, expected):
     text = UBUNTU + f"ARG URLREF_JAX={url}\nRUN git-clone.sh ${{URLREF_JAX}} /opt/jax\n"
     assert len(found(text, "IB101")) == expected
+
+
+def test_a_fix_names_what_its_line_names():
+    """A fix written for the line: the repository the clone names, the file the download is saved as."""
+    [clone] = found(UBUNTU + "RUN git clone https://github.com/NVIDIA/apex /opt/apex\n", "IB101")
+    assert "commit of https://github.com/NVIDIA/apex" in clone.fix, clone.fix
+    [saved] = found(UBUNTU + "RUN curl -fsSL https://x.org/tool?v=1 -o /usr/local/bin/tool\n", "IB117")
+    assert "'<sha256>  /usr/local/bin/tool'" in saved.fix, saved.fix

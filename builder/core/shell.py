@@ -91,9 +91,19 @@ def assignments(text: str) -> dict[str, tuple[str, int]]:
 VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-+])((?:[^{}]|\{[^{}]*\})*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
+# The most text one expansion makes. Variables that double each other (B=$A$A, C=$B$B, ... 40 times: a file of
+# under 1 kB) would otherwise fill memory; a reference whose value would pass it is left unexpanded, unknown.
+MAX_EXPANSION = 64 * 1024
+
+
 def expand(text: str, values: dict) -> str:
     """$NAME, ${NAME}, ${NAME:-default} and ${NAME:+alternative} replaced where the value is known (a str);
-    others are kept. A default or alternative is itself expanded and its quotes taken off."""
+    others are kept. A default or alternative is itself expanded and its quotes taken off. The result grows by at
+    most MAX_EXPANSION: a reference beyond it is kept as written (not known)."""
+    if "$" not in text:
+        return text
+    room = [MAX_EXPANSION]
+
     def one(m: re.Match) -> str:
         name = m.group(1) or m.group(4)
         value = values.get(name)
@@ -103,12 +113,20 @@ def expand(text: str, values: dict) -> str:
             word = expand(word, values).replace('"', "").replace("'", "")
             empty = value is None or (value == "" and op.startswith(":"))
             if op.endswith("-"):
-                return word if empty else value
-            if value is None and name not in values:
+                out = word if empty else value
+            elif value is None and name not in values:
                 return m.group(0)       # not known whether it is set
-            return "" if empty else word
-        return value if isinstance(value, str) else m.group(0)
-    return VAR.sub(one, text) if "$" in text else text
+            else:
+                out = "" if empty else word
+        elif isinstance(value, str):
+            out = value
+        else:
+            return m.group(0)
+        if len(out) > room[0]:
+            return m.group(0)
+        room[0] -= len(out)
+        return out
+    return VAR.sub(one, text)
 
 
 def blank_comments(text: str) -> str:

@@ -242,8 +242,8 @@ def floating_refs(ctx: Context) -> None:
                 ctx.add("IB101", "error", ins, c.offset, f"git clone{f' of branch/tag {branch}' if branch else ''} "
                         "without checking out a full commit" + (where or ": the image changes whenever the branch "
                                                                 "moves"),
-                        "git checkout <40-hex commit> after the clone, on every path (imgbuild: a git parameter pins "
-                        "the commit)", cmd=c)
+                        f"git checkout <40-hex commit of {_clone_url(w)}> after the clone, on every path (imgbuild: a "
+                        "git parameter pins the commit)", cmd=c)
                 continue
         if w[:1] == ("git",):
             ref = checkout_ref(w)
@@ -532,6 +532,16 @@ def _branch_cuda(c: Command) -> Version | None:
     return None
 
 
+CUDA_WORDS = re.compile(r"nvcc|cuda|\bcu\d{2,3}\b", re.I)
+
+
+def _unread_cuda_branch(c: Command):
+    """The first condition on the command's path that tests the CUDA by other means than a variable lint can
+    read (`nvcc --version | grep -q "release 13"`, `case "$(nvcc --version)" in *13.*)`, `[ -d /usr/local/cuda-13 ]`):
+    the branch runs only where it holds, and lint cannot tell where that is."""
+    return next((cond for cond in c.path if not cond.var and CUDA_WORDS.search(cond.text)), None)
+
+
 def _index_values(args: tuple) -> set[str]:
     """The values of pip's index and find-links options among its arguments."""
     opts = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--index", "--default-index"}
@@ -572,6 +582,19 @@ def cuda_flavours(ctx: Context) -> None:
                 ctx.add("IB108", "unknown", ins, at, f"{value!r} is built for CUDA {shown}; the base's CUDA is not "
                         "known, so the match cannot be checked", "lint against a known base (FROM nvcr.io/nvidia/"
                         "pytorch:YY.MM-py3 or nvidia/cuda:X.Y.Z-...)", cmd=c)
+            elif (int(flavour[:2]) != cuda.major or (len(flavour) == 3 and len(cuda.release) > 1 and int(flavour[2]) !=
+                  cuda.minor)) and not branch and (unread := _unread_cuda_branch(c)) is not None:
+                # A guard that names the flavour's CUDA (the branch for 13 installs the cu13 build), or an else
+                # of one that names the base's (it runs where the base's CUDA was not found): what it should be.
+                named = str(cuda.major) if unread.negated else flavour[:2]
+                if re.search(rf"(?<![\d.]){named}(?!\d)", unread.text):
+                    continue
+                shown = f"{flavour[:2]}.{flavour[2]}" if len(flavour) == 3 else flavour
+                ctx.add("IB108", "unknown", ins, at, f"{value!r} is built for CUDA {shown} and the base has CUDA "
+                        f"{cuda}, but it is installed only where `{unread.text[:80]}` "
+                        f"{'does not hold' if unread.negated else 'holds'}, a test of the CUDA lint cannot evaluate",
+                        "branch on a variable lint can read (ARG CUDA_MAJOR=...; if [ \"$CUDA_MAJOR\" = 13 ]), or "
+                        "check the branch taken on this base", cmd=c)
             elif int(flavour[:2]) != cuda.major:
                 ctx.add("IB108", "error", ins, at, f"{value!r} is built for CUDA {flavour[:2]}, {against}",
                         f"use the cu{cuda.major} flavour", cmd=c)
@@ -679,6 +702,19 @@ def torch_replaced(ctx: Context) -> None:
             if said:
                 hit.append(name)
                 why.append(said)
+        if hit and base.torch and ins.stage not in removed and "--no-deps" in (pip_install_args(c.text) or ()):
+            # --no-deps keeps the base's torch; what is wrong then is the package's compiled code, built for the
+            # torch it pins (xformers: "xFormers can't load C++/CUDA extensions", and it runs without them).
+            others = [name for name in hit if name != "torch"]
+            if "torch" in hit:
+                hit = ["torch"]
+            elif others:
+                ctx.add("IB109", "warning", ins, c.offset, f"pip installs {', '.join(others)} with --no-deps beside "
+                        "the base's torch" + (f" ({'; '.join(why)})" if why else "") + ": torch stays, but compiled "
+                        "code built for another torch may not load (an ABI mismatch), or runs without its kernels",
+                        "install the release made for the base's torch, or build it against it "
+                        "(pip install --no-build-isolation --no-binary NAME)", source=source, cmd=c)
+                hit = []
         if hit and base.torch and ins.stage not in removed:
             ctx.add("IB109", "error", ins, c.offset, f"pip installs {', '.join(hit)} over the base's torch"
                     + (f" ({'; '.join(why)})" if why else "") + ": everything compiled against it (TE, Apex, "
@@ -1005,7 +1041,7 @@ def unverified_download(ctx: Context) -> None:
             if target.endswith(".whl") or id(ins) in checked:
                 continue
             if BIN_DIRS.match(target):
-                _unverified(ctx, ins, c, url, f"saved as the program {target}")
+                _unverified(ctx, ins, c, url, f"saved as the program {target}", target)
                 continue
             at = position[id(c)]
             candidates = installers.get(target.rsplit("/", 1)[-1], [])
@@ -1018,16 +1054,23 @@ def unverified_download(ctx: Context) -> None:
                 how = _installs(_expanded(x), target)
                 if how:
                     # Said at the download, where the checksum belongs; the line that uses it is named.
-                    _unverified(ctx, ins, c, url, f"{how} at line {i2.line_at(x.offset)}")
+                    _unverified(ctx, ins, c, url, f"{how} at line {i2.line_at(x.offset)}", target)
                     break
 
 
-def _unverified(ctx: Context, ins: Instruction, c: Command, url: str, how: str) -> None:
+def _clone_url(w: tuple) -> str:
+    """The repository a `git clone` command names (its first argument that is a URL or host:path), for a fix."""
+    return next((x for x in w[2:] if "://" in x or re.match(r"^[\w.-]+@[\w.-]+:", x)), "the repository")
+
+
+def _unverified(ctx: Context, ins: Instruction, c: Command, url: str, how: str, target: str = "") -> None:
     plain = url.startswith("http://")
+    # The fix names the file as this line saves it (-O/-o), else as the URL names it.
+    name = target or url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1] or "FILE"
     ctx.add("IB117", "error" if plain else "warning", ins, c.offset, f"{url} is {how} without a checksum"
             + (", fetched over plain http: anyone on the path can change it" if plain else
                ": the image takes whatever the server returns that day"),
-            "check its sha256 before using it (echo '<sha256>  FILE' | sha256sum -c), from a versioned URL"
+            f"check its sha256 before using it (echo '<sha256>  {name}' | sha256sum -c), from a versioned URL"
             + ("; fetch it over https" if plain else ""), cmd=c)
 
 
