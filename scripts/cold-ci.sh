@@ -5,7 +5,7 @@
 #
 #   scripts/cold-ci.sh DIR     DIR must not exist; the clone is DIR/main, its output DIR/ci.log
 #
-# What is emptied, in order: the second engines B and C (scripts/second-engine.sh stop), the registry and dockerd
+# What is emptied, in order: Podman's store, the second engines B and C (scripts/second-engine.sh stop), the registry and dockerd
 # (with its containerd) stopped; /var/lib/docker and /var/lib/containerd (images, containers, BuildKit's
 # cache and its pip cache mount), /var/lib/imgbuild (the registry's storage, the debootstrapped Debian roots
 # of both platforms, the git mirrors, the CUDA toolchain, engine B's data) deleted. The Debian packages
@@ -18,6 +18,8 @@ dir="${1:?usage: scripts/cold-ci.sh DIR (a new folder)}"
 [ ! -e "$dir" ] || { echo "cold-ci: $dir exists" >&2; exit 2; }
 log() { echo "[cold-ci] $(date -u +%H:%M:%S) $*"; }
 
+# Podman's store (the Podman engine's images, issue 39): a fresh machine has none.
+command -v podman >/dev/null && podman system reset --force >/dev/null 2>&1 || true
 # Both second engines the tests start (B, and C: tests/conftest.py SECOND_ENGINES).
 [ -x "$here/scripts/second-engine.sh" ] && bash "$here/scripts/second-engine.sh" stop >/dev/null 2>&1 || true
 [ -x "$here/scripts/second-engine.sh" ] && IMGBUILD_ENGINE_B_DIR=/var/lib/imgbuild/engine-c \
