@@ -450,3 +450,67 @@ def test_a_fix_names_what_its_line_names():
     assert "commit of https://github.com/NVIDIA/apex" in clone.fix, clone.fix
     [saved] = found(UBUNTU + "RUN curl -fsSL https://x.org/tool?v=1 -o /usr/local/bin/tool\n", "IB117")
     assert "'<sha256>  /usr/local/bin/tool'" in saved.fix, saved.fix
+
+
+# -- the fourth set (docs/lint-corpus-4.yaml; held out: 97.5% precision, 96.7% recall): a twin per class ---
+
+@pytest.mark.parametrize("later, expected", [
+    ("ARG NEMO_RUN_COMMIT\nRUN cd /opt/Run && git fetch origin $NEMO_RUN_COMMIT && git checkout FETCH_HEAD\n", 0),
+    ("RUN pushd /opt/Run && git checkout " + "a" * 40 + " && popd\n", 0),
+    ("RUN cd /opt/Run && git checkout main\n", 2),           # the clone and the branch: both floating
+    ("RUN cd /opt/Other && git checkout " + "a" * 40 + "\n", 1),  # another folder: the clone stays unpinned
+])
+def test_a_clone_pinned_in_a_later_run_by_a_build_argument_or_pushd(later, expected):
+    """Megatron-Bridge: `RUN git clone .../Run` then, in a later RUN, `git fetch origin $NEMO_RUN_COMMIT && git
+    checkout FETCH_HEAD` (a commit only a build argument gives, not judged in the clone's own RUN either); and
+    `pushd DIR` enters DIR as cd does."""
+    text = UBUNTU + "WORKDIR /opt\nRUN git clone --depth 1 https://github.com/NVIDIA-NeMo/Run\n" + later
+    assert len(found(text, "IB101")) == expected
+
+
+@pytest.mark.parametrize("install, expected", [("dpkg -i cuda-keyring_*.deb", 1), ("dpkg -i cuda-keyring_1.1-1_all.deb", 1),
+                                               ("dpkg -i other_*.deb", 0)])
+def test_an_installer_given_a_glob_installs_the_download_it_matches(install, expected):
+    """lmdeploy's jetson image: `wget .../cuda-keyring_1.1-1_all.deb && dpkg -i cuda-keyring_*.deb`."""
+    text = UBUNTU + "RUN cd /tmp && wget -q https://developer.download.nvidia.com/x/cuda-keyring_1.1-1_all.deb && " \
+        f"{install}\n"
+    assert len(found(text, "IB117")) == expected
+
+
+@pytest.mark.parametrize("then, expected", [("RUN bash ~/miniconda.sh -b -p /opt/conda\n", 1),
+                                            ("RUN echo 'abc  /root/miniconda.sh' | sha256sum -c && bash ~/miniconda.sh\n", 0),
+                                            ("FROM ubuntu:22.04@sha256:" + "c" * 64 + "\nRUN bash ~/miniconda.sh\n", 0)])
+def test_a_download_run_in_a_later_run_of_its_stage_is_followed(then, expected):
+    """OLMo-core: the installer saved in one RUN and run in the next, unverified; a checksum checked first, or
+    another stage (which does not have the file), is no finding."""
+    text = UBUNTU + "RUN curl -fsSL -o ~/miniconda.sh https://github.com/conda-forge/miniforge/releases/latest/" \
+        "download/Miniforge3-Linux-x86_64.sh\n" + then
+    hits = found(text, "IB113")
+    assert len(hits) == expected and all("at line 2" in f.message and f.line >= 3 for f in hits), hits
+
+
+@pytest.mark.parametrize("add, expected", [("ADD https://github.com/ggml-org/llama.cpp/archive/refs/tags/b4827.tar.gz /opt/src/", 1),
+                                           ("ADD --checksum=sha256:" + "e" * 64 + " https://github.com/ggml-org/llama.cpp/"
+                                            "archive/refs/tags/b4827.tar.gz /opt/src/", 0)])
+def test_a_url_added_then_unpacked_is_followed_to_its_tar(add, expected):
+    """text-generation-inference: `ADD <url> /opt/src/` (BuildKit does not unpack a download) then `tar -xzf`;
+    `ADD --checksum=` verifies it."""
+    text = UBUNTU + f"WORKDIR /opt/src\n{add}\nRUN tar -xzf b4827.tar.gz\n"
+    hits = found(text, "IB117")
+    assert len(hits) == expected and all(f.line == 3 and "unpacked with tar at line 4" in f.message for f in hits), hits
+
+
+def test_apex_without_an_arch_list_is_said_to_build_for_its_own_default_list():
+    [hit] = found(UBUNTU + "RUN cd apex && pip install -v --global-option=--cuda_ext ./\n", "IB104")
+    assert "Apex cross-compiles for its own default list" in hit.message and "build host" not in hit.message
+
+
+@pytest.mark.parametrize("clone, expected", [("git clone --depth 1 https://github.com/NVIDIA-NeMo/Export-Deploy.git", 0),
+                                             ("git clone -b main https://github.com/NVIDIA-NeMo/Export-Deploy.git", 0),
+                                             ("git clone --depth 1 https://github.com/NVIDIA-NeMo/Export-Deploy.git ED", 1)])
+def test_the_folder_a_clone_makes_is_read_past_its_options_and_git_suffix(clone, expected):
+    """`--depth 1 URL.git` makes Export-Deploy (the 1 is --depth's, the .git is dropped); an explicit folder
+    (ED) is another folder than the one the later RUN pins."""
+    text = UBUNTU + f"WORKDIR /opt\nRUN {clone}\nARG C\n" \
+        "RUN pushd /opt/Export-Deploy && git fetch origin $C && git checkout FETCH_HEAD && popd\n"
+    assert len(found(text, "IB101")) == expected

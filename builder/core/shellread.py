@@ -127,6 +127,7 @@ class _Reader:
         self.too_deep = False
         self.env = dict(values)
         self.cwd: str | None = None
+        self.dirs: list = []                    # pushd's stack: popd goes back
         self.tails: dict = {}       # (start, end) of a command -> (end of its redirections, files they write)
 
     # -- offsets: tree-sitter counts bytes, the lint counts characters
@@ -303,9 +304,13 @@ class _Reader:
                 self.assign(a, own)                     # X=1 cmd: for this command only
         self.emit(shown or node, ctx, own, sep)
         w = words(self.text(node))
-        if w[:1] == ("cd",) and len(w) > 1:
-            target = expand(w[1], env)
+        if w[:1] in (("cd",), ("pushd",)) and len(w) > 1:
+            target = expand(next((x for x in w[1:] if not x.startswith("-")), w[-1]), env)
+            if w[0] == "pushd":
+                self.dirs.append(self.cwd)
             self.cwd = target if target.startswith("/") or self.cwd is None else f"{self.cwd.rstrip('/')}/{target}"
+        elif w[:1] == ("popd",) and self.dirs:
+            self.cwd = self.dirs.pop()
 
     def emit(self, node, ctx: dict, env: dict, sep: str) -> None:
         end, writes = self.tails.pop((node.start_byte, node.end_byte), (node.end_byte, ()))

@@ -11,6 +11,7 @@ command says the shell path that reaches it.
 from __future__ import annotations
 
 import bisect
+import fnmatch
 import re
 from functools import cached_property
 from dataclasses import dataclass, field
@@ -152,15 +153,30 @@ def _exact(req: Requirement) -> bool:
     return any(s.operator in ("==", "===") and "*" not in s.version for s in req.specifier)
 
 
+# git clone's options that take a value as the next word (git-clone(1)).
+CLONE_OPTIONS_WITH_VALUE = {"--depth", "-b", "--branch", "-o", "--origin", "-c", "--config", "-u", "--upload-pack",
+                            "--reference", "--reference-if-able", "--separate-git-dir", "--shallow-since",
+                            "--shallow-exclude", "-j", "--jobs", "--template", "--filter", "--server-option"}
+
+
 def _pinned_later(ctx: Context, ins: Instruction, cmd: Command, w: tuple, index: dict) -> bool:
-    """Whether a later RUN of the stage checks out a full commit in the folder this `git clone` made
-    (`RUN git clone URL` then `RUN cd repo && git checkout <40-hex>`), and the clone's own RUN does nothing
-    with it but cd and git first: the clone is pinned before it is used."""
-    operands = [x for x in w[2:] if not x.startswith("-")]
+    """Whether a later RUN of the stage checks out a full commit in the folder this `git clone` made (`RUN git
+    clone URL` then `RUN cd repo && git checkout <40-hex>`, or `git fetch origin $COMMIT && git checkout
+    FETCH_HEAD` with the commit from a build argument; `pushd repo` enters it as cd does), and the clone's own
+    RUN does nothing with it but cd and git first: the clone is pinned before it is used."""
+    operands, skip = [], False
+    for x in w[2:]:
+        if skip:
+            skip = False
+        elif x in CLONE_OPTIONS_WITH_VALUE:
+            skip = True                                 # --depth 1, -b main: the value is no operand
+        elif not x.startswith("-"):
+            operands.append(x)
     if not operands:
         return False
-    folder = (operands[1] if len(operands) > 1 else operands[0].rstrip("/").rsplit("/", 1)[-1].removesuffix(".git"))
-    folder = folder.rstrip("/").rsplit("/", 1)[-1]
+    folder = operands[1] if len(operands) > 1 else operands[0]
+    folder = folder.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git") if len(operands) == 1 else \
+        folder.rstrip("/").rsplit("/", 1)[-1]
     if not index:                                       # once per Dockerfile: linear in the commands
         index["pins"], index["last_use"], index["pos"] = {}, {}, {}
         for k, (i, c) in enumerate(ctx.commands):
@@ -170,7 +186,13 @@ def _pinned_later(ctx: Context, ins: Instruction, cmd: Command, w: tuple, index:
                 index["last_use"][id(i)] = k
             ref = checkout_ref(cw) if cw[:1] == ("git",) else None
             target = cw[2] if cw[1:2] == ("-C",) and len(cw) > 2 else c.cwd
-            if ref and target and HEX40.match(expand(ref, c.values)):
+            # A full commit pins the clone; so does a ref only a build argument gives (no default: not judged,
+            # as in the clone's own RUN), directly or as what FETCH_HEAD fetched. A branch does not: the clone
+            # and the branch are both floating.
+            if ref == "FETCH_HEAD":
+                ref = _fetched_ref(ctx.commands, k, i)
+            ref = expand(ref, c.values) if ref else None
+            if ref and target and (HEX40.match(ref) or "$" in ref):
                 index["pins"].setdefault((i.stage, target.rstrip("/").rsplit("/", 1)[-1]), []).append(i.line)
     if index["last_use"].get(id(ins), -1) > index["pos"][id(cmd)]:
         return False            # used (built, installed) in its own RUN before the later checkout
@@ -351,9 +373,10 @@ def _uv_venv_python(ctx: Context, ins: Instruction, c: Command, w: tuple) -> Non
 
 
 def _compiles_cuda(args: str) -> str | None:
-    """What in a RUN compiles CUDA with torch's extension builder, which targets the build host's GPU (or
-    nvcc's default) without TORCH_CUDA_ARCH_LIST. Transformer Engine and flash-attn are not here: both
-    carry their own list (NVTE_CUDA_ARCHS, FLASH_ATTN_CUDA_ARCHS) with a default for the CUDA in use."""
+    """What in a RUN compiles CUDA with torch's extension builder, which needs TORCH_CUDA_ARCH_LIST: DeepSpeed's
+    pre-built ops and Apex, each otherwise for a default list of its own (IB104 says which). Transformer Engine
+    and flash-attn are not here: both carry their own list (NVTE_CUDA_ARCHS, FLASH_ATTN_CUDA_ARCHS) with a
+    default for the CUDA in use."""
     ds = [op for op in re.findall(r"DS_BUILD_([A-Z_]+)=1", args) if op not in CPU_DS_OPS]
     if ds:
         return f"DeepSpeed ops ({', '.join(o.lower() for o in ds)})"
@@ -387,9 +410,12 @@ def arch_lists(ctx: Context) -> None:
                         "for its own default list of archs (older releases: 6.0 6.1 7.0 8.0 8.6, no 9.0), not for the "
                         "GPUs the image is for", f"set {needed[0]} for the target GPUs in this stage")
             elif not any(v in scope and scope[v][0] != "" for v in needed):
-                ctx.add("IB104", "error", ins, 0, f"{what} compiled without {' or '.join(needed)}: it builds for the "
-                        "GPU of the build host, or for none", f"set {needed[0]} for the target GPUs in this stage "
-                        "(an ARG before FROM does not reach it)")
+                # Apex's setup.py sets its own list where torch sees no GPU (a docker build): NVIDIA/apex#486.
+                ctx.add("IB104", "error", ins, 0, f"{what} compiled without {needed[0]}: on a builder without a GPU "
+                        "Apex cross-compiles for its own default list (6.0 6.1 6.2 7.0 7.5, and 8.0 8.6 9.0 as the "
+                        "CUDA allows), on one with a GPU for that GPU: not for the GPUs the image is for",
+                        f"set {needed[0]} for the target GPUs in this stage (an ARG before FROM does not reach it)")
+
     by_stage: dict[int, dict] = {}
     inherited: dict[int, set] = {}          # spellings a stage has from the stage it is built FROM
     named: dict[str, int] = {}
@@ -882,8 +908,8 @@ def _runs_file(w: tuple, target: str) -> bool:
 @dockerfile_rule
 def piped_installer(ctx: Context) -> None:
     """IB113: a script fetched at build time and run unverified as root: `curl ... | sh`, `bash <(curl ...)`,
-    and a downloaded file (saved by -o, -O, wget's default name or a redirection) run in the same RUN
-    without a checksum checked first."""
+    and a downloaded file (saved by -o, -O, wget's default name or a redirection) run in its RUN or a later
+    one of the stage without a checksum checked first."""
     items = ctx.commands
     runs = checks_before = None
     for n, (ins, c) in enumerate(items):
@@ -917,10 +943,11 @@ def piped_installer(ctx: Context) -> None:
         candidates = runs.get(target.rsplit("/", 1)[-1], [])
         for k in candidates[bisect.bisect_right(candidates, n):]:
             ins2, c2 = items[k]
-            if ins2 is not ins or checks_before[k] > checks_before[n]:
-                break                                   # another RUN, or a checksum checked before it runs
+            if ins2.stage != ins.stage or checks_before[k] > checks_before[n]:
+                break                                   # another stage, or a checksum checked before it runs
             if _runs_file(command_words(c2.text), target):
-                ctx.add("IB113", "warning", ins, c2.offset, f"runs {target}, downloaded from {url} without a "
+                where = "" if ins2 is ins else f" at line {ins.line_at(c.offset)}"
+                ctx.add("IB113", "warning", ins2, c2.offset, f"runs {target}, downloaded from {url}{where} without a "
                         "checksum: the image runs whatever the server returns that day", "check its sha256 "
                         "(sha256sum -c) before running it, from a pinned release URL", cmd=c2)
                 break
@@ -934,16 +961,19 @@ def piped_installer(ctx: Context) -> None:
                         "check its sha256 (sha256sum -c) before running it")
 
 
+GLOB = re.compile(r"[*?\[]")
 INSTALLERS = {"dpkg", "apt", "apt-get", "rpm", "yum", "dnf", "tar", "unzip", "apt-key"}
 CHECKS = re.compile(r"\b(?:sha256sum|sha512sum|sha1sum|md5sum|shasum|b2sum|gpg\s+--verify|gpgv|cosign\s+verify|minisign)\b")
 BIN_DIRS = re.compile(r"^/(?:usr/(?:local/)?s?bin|s?bin|opt/[^/]+/bin)/[^/]+\Z")
 
 
 def _installs(w: tuple, target: str) -> str | None:
-    """How a command puts a downloaded file into the image (dpkg, apt, rpm, tar, unzip, apt-key), or None."""
+    """How a command puts a downloaded file into the image (dpkg, apt, rpm, tar, unzip, apt-key), or None. A
+    name the shell globs (cuda-keyring_*.deb) names the file it matches."""
     base = target.rsplit("/", 1)[-1]
     named = [x for x in w[1:] if not x.startswith("-")]
-    hit = any(x == target or x.rsplit("/", 1)[-1] == base for x in named) or \
+    hit = any(x == target or x.rsplit("/", 1)[-1] == base or (GLOB.search(x) and fnmatch.fnmatchcase(
+        base, x.rsplit("/", 1)[-1])) for x in named) or \
         any(x.startswith("-") and x.endswith(base) and "f" in x for x in w[1:])      # tar -xzf FILE
     if not w or not hit:
         return None
@@ -969,8 +999,20 @@ def _expanded(c: Command) -> tuple:
 
 
 def _stage_downloads(ctx: Context) -> dict[int, list]:
-    """Per stage: (RUN, command, url, file) of every curl/wget/aria2c that saves a file, in order."""
+    """Per stage: (instruction, command, url, file) of every curl/wget/aria2c that saves a file, and of every ADD
+    of a URL without --checksum (BuildKit does not unpack an archive it downloads: a RUN does), in order."""
     out: dict[int, list] = {}
+    for ins in ctx.instructions:
+        if ins.keyword != "ADD" or "--checksum" in ins.args:
+            continue
+        w = tuple(expand(x, ctx.scope(ins)) for x in command_words(re.sub(r"--\S+", "", ins.args)))
+        urls = [x for x in w[:-1] if re.match(r"https?://", x)]
+        if urls and len(w) >= 2:
+            dest = w[-1]
+            for url in urls:
+                name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+                target = f"{dest.rstrip('/')}/{name}" if dest.endswith("/") or len(urls) > 1 else dest
+                out.setdefault(ins.stage, []).append((ins, Command(text=ins.args, offset=0), url, target))
     for ins, c in ctx.commands:
         w = command_words(c.text)
         if not w:
@@ -1031,11 +1073,17 @@ def unverified_download(ctx: Context) -> None:
             checked.add(id(i))
             count += 1
     installers: dict[str, list] = {}
+    globbed: list[tuple[str, int]] = []                 # dpkg -i cuda-keyring_*.deb: the shell's glob
     for k, (i, c) in enumerate(items):
         w = command_words(c.text)
         if w and w[0].rsplit("/", 1)[-1] in INSTALLERS:
             for x in _expanded(c)[1:]:                  # tar xzf mft-${MFT_VER}.tgz: the name the shell gives
-                installers.setdefault(x.rsplit("/", 1)[-1], []).append(k)
+                name = x.rsplit("/", 1)[-1]
+                if GLOB.search(name) and not x.startswith("-"):
+                    globbed.append((name, k))
+                else:
+                    installers.setdefault(name, []).append(k)
+    lines = [i.line for i, _ in items]
     for downloads in _stage_downloads(ctx).values():
         for ins, c, url, target in downloads:
             if target.endswith(".whl") or id(ins) in checked:
@@ -1043,13 +1091,16 @@ def unverified_download(ctx: Context) -> None:
             if BIN_DIRS.match(target):
                 _unverified(ctx, ins, c, url, f"saved as the program {target}", target)
                 continue
-            at = position[id(c)]
-            candidates = installers.get(target.rsplit("/", 1)[-1], [])
+            # An ADD of a URL is no command of a RUN: what follows it is the first command of a later line.
+            at = position[id(c)] if id(c) in position else bisect.bisect_left(lines, ins.line) - 1
+            name = target.rsplit("/", 1)[-1]
+            candidates = sorted(installers.get(name, []) + [k for pattern, k in globbed
+                                                            if fnmatch.fnmatchcase(name, pattern)])
             for k in candidates[bisect.bisect_right(candidates, at):]:
                 i2, x = items[k]
                 if i2.stage != ins.stage:
                     break
-                if checks_before[k] > checks_before[at]:
+                if checks_before[k] > (checks_before[at] if at >= 0 else 0):
                     break                               # a checksum checked between the download and its use
                 how = _installs(_expanded(x), target)
                 if how:
