@@ -73,9 +73,13 @@ def pytest_runtest_setup(item):
 # pytest 9: it renames item._nodeid, which pytest 9 no longer reads.) Every docker file depends only on
 # `first` and on its own earlier tests, never on another file's; a test that changes what the workers
 # share (stops the registry) is marked `exclusive` and runs after, alone; a test that empties an engine has one of its own (engine C). Under xdist
-# the files are handed out longest first: the files that build on this session's cpu-smoke (`first`,
+# the files are handed out longest first: the Podman file (LONGEST), the files that build on this session's cpu-smoke (`first`,
 # `work`), the other docker files, the slow unit files, the rest. Without xdist nothing is reordered.
 SHARED_STATE = {"work", "first"}
+# Handed out before the rest: the longest file (about 17 min on one worker: cpu-smoke built and rebuilt with
+# Podman). In name order it started after every other file that builds on `first` (33 min into a cold run), and
+# the run ended with it alone on one worker while the other had nothing left.
+LONGEST = {"test_docker_podman.py"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -87,6 +91,8 @@ def pytest_collection_modifyitems(config, items):
 
     def rank(item) -> int:
         name = item.path.name
+        if name in LONGEST:
+            return 0
         return 1 if name in shared else 2 if name in docker else 3 if name in slow else 4
 
     items.sort(key=rank)

@@ -33,7 +33,9 @@ def podman_file(work):
 
 
 @pytest.fixture(scope="module")
-def podman_release(work, first) -> dict:
+def podman_release(work) -> dict:
+    """cpu-smoke built and released with Podman. It needs no `first`: the file runs first in the suite, so its
+    Podman build runs while the other worker builds `first` with Docker; this worker's `first` comes after."""
     assert shutil.which("podman"), "podman is not installed: scripts/setup-test-host.sh installs it"
     proc = imgbuild(work, "build", "stack=cpu-smoke", "-f", str(podman_file(work)), "--engine", "podman",
                     "--date", "2026.12.06", timeout=2400)
@@ -41,7 +43,7 @@ def podman_release(work, first) -> dict:
     return {"proc": proc, "report": reports(work)[-1]}
 
 
-def test_the_seed_stack_is_built_checked_and_released_with_podman(first, podman_release):
+def test_the_seed_stack_is_built_checked_and_released_with_podman(podman_release, first):
     out = podman_release["proc"].stdout
     assert "(Buildah, no daemon)" in out and "ok: 1 stack(s) released; 4 layer image(s) built, 0 reused" in out, out[-3000:]
     nodes = podman_release["report"]["nodes"]
