@@ -6,6 +6,7 @@ tests/test_docker_podman.py."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 import tarfile
 
 import pytest
@@ -282,3 +283,19 @@ def test_without_skopeo_the_rebuild_says_what_to_install(tmp_path, monkeypatch):
     with pytest.raises(reproduce.RebuildError, match="skopeo is not installed") as err:
         reproduce._copy_released("127.0.0.1:5000/ns/layers/a@sha256:" + "a" * 64, tmp_path)
     assert "apt-get install skopeo" in err.value.hint
+
+
+def test_the_clean_podman_store_keeps_its_runroot_within_podmans_50_characters(tmp_path):
+    """Podman 4.3 refuses a --runroot over 50 characters ("the specified runroot is longer than 50 characters"):
+    a scratch folder as deep as pytest's (or a site's IMGBUILD_SCRATCH) failed every rebuild. The store stays under
+    scratch; the runroot moves to a short folder of its own, removed afterwards like the store."""
+    deep = tmp_path / ("x" * 60)
+    deep.mkdir()
+    podman = PodmanEngine(cli="podman", runner=fake([]))
+    for scratch in (deep, Path("/tmp")):
+        with podman.clean(scratch) as clean:
+            argv = clean.build_argv(BuildRequest(context=tmp_path, dockerfile=tmp_path / "D", tag="t", build_args={},
+                                                 labels={}))
+            runroot, root = argv[argv.index("--runroot") + 1], argv[argv.index("--root") + 1]
+            assert len(runroot) <= 50 and root.startswith(str(scratch)), (runroot, root)
+        assert not Path(runroot).exists() and not any(deep.iterdir())

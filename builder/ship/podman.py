@@ -43,6 +43,10 @@ def tls(ref: str) -> list[str]:
     return ["--tls-verify=false"] if insecure(ref) else []
 
 
+# Podman 4.3 refuses a --runroot longer than this ("the specified runroot is longer than 50 characters").
+RUNROOT_MAX = 50
+
+
 @dataclass
 class PodmanEngine(Engine):
     mode: str = "podman"
@@ -58,13 +62,17 @@ class PodmanEngine(Engine):
         """A podman with a store of its own under `scratch`, empty: nothing cached, the parent pulled from the
         registry by digest. Removed afterwards, its images first (podman unmounts what it mounted)."""
         root = Path(tempfile.mkdtemp(prefix="imgbuild-clean-", dir=scratch))
-        engine = dataclasses.replace(self, store=("--root", str(root / "storage"), "--runroot", str(root / "run")),
+        run = root / "run"
+        if len(str(run)) > RUNROOT_MAX:     # podman refuses a longer runroot; the store itself may be anywhere
+            run = Path(tempfile.mkdtemp(prefix="imgbuild-run-", dir="/tmp" if os.path.isdir("/tmp") else None))
+        engine = dataclasses.replace(self, store=("--root", str(root / "storage"), "--runroot", str(run)),
                                      _platform=None)
         try:
             yield engine
         finally:
             engine._docker("rmi", "--all", "--force", timeout=600)   # unmounts what it mounted
             shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(run, ignore_errors=True)
 
     @classmethod
     def detect(cls, cli: str | None = None) -> "PodmanEngine":
