@@ -92,7 +92,7 @@ def resolving(dockerfile: str, keep: bool = False) -> tuple[str, int]:
     end = command_end(dockerfile, at)
     out.append(dockerfile[at:end].rstrip().rstrip("\\").rstrip())
     # The reports, and nothing else, are the build's output (docker build --output type=local).
-    out.append(f"\n\nFROM scratch\nCOPY --from=0 /tmp/imgbuild-resolve-*.json /\n")
+    out.append("\n\nFROM scratch\nCOPY --from=0 /tmp/imgbuild-resolve-*.json /\n")
     text = "".join(out)
     return (mount_lock(text) if keep else text), len(starts)
 
