@@ -1073,14 +1073,14 @@ def unverified_download(ctx: Context) -> None:
             checked.add(id(i))
             count += 1
     installers: dict[str, list] = {}
-    globbed: list[tuple[str, int]] = []                 # dpkg -i cuda-keyring_*.deb: the shell's glob
+    globbed: dict[str, list] = {}                       # dpkg -i cuda-keyring_*.deb: the shell's glob
     for k, (i, c) in enumerate(items):
         w = command_words(c.text)
         if w and w[0].rsplit("/", 1)[-1] in INSTALLERS:
             for x in _expanded(c)[1:]:                  # tar xzf mft-${MFT_VER}.tgz: the name the shell gives
                 name = x.rsplit("/", 1)[-1]
                 if GLOB.search(name) and not x.startswith("-"):
-                    globbed.append((name, k))
+                    globbed.setdefault(name, []).append(k)
                 else:
                     installers.setdefault(name, []).append(k)
     lines = [i.line for i, _ in items]
@@ -1094,8 +1094,9 @@ def unverified_download(ctx: Context) -> None:
             # An ADD of a URL is no command of a RUN: what follows it is the first command of a later line.
             at = position[id(c)] if id(c) in position else bisect.bisect_left(lines, ins.line) - 1
             name = target.rsplit("/", 1)[-1]
-            candidates = sorted(installers.get(name, []) + [k for pattern, k in globbed
-                                                            if fnmatch.fnmatchcase(name, pattern)])
+            # Each distinct pattern matched once per download (a file rarely holds more than a few).
+            candidates = sorted(installers.get(name, []) + [k for pattern, ks in globbed.items()
+                                                            if fnmatch.fnmatchcase(name, pattern) for k in ks])
             for k in candidates[bisect.bisect_right(candidates, at):]:
                 i2, x = items[k]
                 if i2.stage != ins.stage:
