@@ -195,6 +195,65 @@ def test_probe_request_leaves_out_gpu_checks_without_a_gpu():
     assert request(specs, gpu=True)["snippets"] == {"x": "import torch"}
 
 
+def _fake_site(root: Path, ds_report_rc: int, ds_init_ok: bool = True) -> Path:
+    """A site-packages with a stand-in torch and deepspeed (dist-info included, so the probe sees them
+    installed) whose every import appends a line to imports.log: how many interpreters imported each."""
+    site = root / "site"
+    log = root / "imports.log"
+    for name in ("torch", "deepspeed"):
+        (site / name).mkdir(parents=True)
+        (site / f"{name}-1.0.dist-info").mkdir()
+        (site / f"{name}-1.0.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        init = f"open({str(log)!r}, 'a').write('{name}\\n')\n"
+        if name == "torch":
+            init += ("import types\n__version__ = '1.0'\nversion = types.SimpleNamespace(cuda=None)\n"
+                     "cuda = types.SimpleNamespace(is_available=lambda: False, device_count=lambda: 0)\n")
+        elif not ds_init_ok:
+            init += "raise ImportError('deepspeed is broken here')\n"
+        (site / name / "__init__.py").write_text(init)
+    (site / "deepspeed" / "env_report.py").write_text(f"print('op report')\nraise SystemExit({ds_report_rc})\n")
+    return site
+
+
+def _run_probe(site: Path, req: dict) -> dict:
+    import json
+    import os
+    import sys
+    from builder.ship.checks import PROBE
+    env = dict(os.environ, PYTHONPATH=str(site), PIP_CONSTRAINT="/nonexistent")
+    proc = subprocess.run([sys.executable, "-S", str(PROBE)], input=json.dumps(req), capture_output=True, text=True,
+                          env=env, cwd=site.parent, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_an_import_a_fresh_interpreter_already_made_is_not_made_again(tmp_path):
+    """torch's facts import torch and ds_report imports deepspeed, each in a fresh interpreter of the image:
+    the import checks take those (seconds saved in every layer's checks) and say whose interpreter it was."""
+    site = _fake_site(tmp_path, ds_report_rc=0)
+    facts = _run_probe(site, {"imports": ["deepspeed", "torch"], "ds_report": True})
+    assert sorted((tmp_path / "imports.log").read_text().split()) == ["deepspeed", "torch"]   # once each, by the probes that prove them
+    assert facts["torch"]["version"] == "1.0" and facts["ds_report"]["rc"] == 0
+    assert facts["imports"]["torch"] == {"ok": True, "out": "", "by": "the torch facts"}
+    assert facts["imports"]["deepspeed"]["by"] == "ds_report"
+    results = judge((check("t", "import", module="torch"), check("d", "import", module="deepspeed")), facts, gpu=False)
+    assert [r.detail for r in results] == ["import torch ok (imported by the torch facts, a fresh interpreter)",
+                                           "import deepspeed ok (imported by ds_report, a fresh interpreter)"]
+
+
+@pytest.mark.parametrize("ds_report_rc, ds_init_ok", [(1, True), (0, False)])
+def test_an_import_nothing_proved_is_made_in_its_own_interpreter(tmp_path, ds_report_rc, ds_init_ok):
+    """ds_report failing proves nothing of the import: deepspeed is imported on its own and judged by that."""
+    site = _fake_site(tmp_path, ds_report_rc=ds_report_rc, ds_init_ok=ds_init_ok)
+    facts = _run_probe(site, {"imports": ["deepspeed"], "ds_report": True})
+    assert (tmp_path / "imports.log").read_text().split().count("deepspeed") == 2
+    assert "by" not in facts["imports"]["deepspeed"] and facts["imports"]["deepspeed"]["ok"] is ds_init_ok
+    [result] = judge((check("d", "import", module="deepspeed"),), facts, gpu=False)
+    assert result.status == ("passed" if ds_init_ok else "failed"), result
+    if not ds_init_ok:
+        assert "deepspeed is broken here" in result.detail
+
+
 def test_release_tags_from_measured_versions():
     tags = release_tags(["{stack}", "{stack}-{date}", "{stack}-torch{torch}-ds{deepspeed}"], "cpu-smoke",
                         {"torch": "2.13.0+cpu", "deepspeed": "0.19.8"}, "2026.11.29")

@@ -111,7 +111,7 @@ def _import(a: dict, f: dict) -> tuple[str, str]:
         return "skipped", "no module named for this layer"
     res = f["imports"].get(a["module"])
     if res and res["ok"]:
-        return "passed", f"import {a['module']} ok"
+        return "passed", f"import {a['module']} ok" + (f" (imported by {res['by']}, a fresh interpreter)" if res.get("by") else "")
     return "failed", f"import {a['module']} failed: {(res or {}).get('out', '').strip()[-600:]}"
 
 

@@ -264,6 +264,19 @@ def copy_cpu_code(req, limit=5000, max_bytes=4 << 30):
     return out
 
 
+def proven_imports(facts):
+    """{module: how} for the imports a fresh interpreter of this image already made, with this environment
+    and working folder: torch's facts import torch, and `python -m deepspeed.env_report` imports the
+    deepspeed package before its first line runs. Importing them again proves nothing more and costs
+    seconds in every layer's checks (torch 1.7 s, deepspeed 2.7 s in cpu-smoke, measured 2026-12-06)."""
+    proven = {}
+    if facts.get("torch") and "error" not in facts["torch"]:
+        proven["torch"] = "the torch facts"
+    if (facts.get("ds_report") or {}).get("rc") == 0:
+        proven["deepspeed"] = "ds_report"
+    return proven
+
+
 def os_release():
     try:
         with open("/etc/os-release") as f:
@@ -292,13 +305,17 @@ def main():
     facts["dpkg"] = dict(line.split("\t", 1) for line in dpkg["out"].splitlines() if "\t" in line) if dpkg["rc"] == 0 else {}
     if "torch" in facts["dists"]:
         facts["torch"] = torch_facts()
+    if req.get("ds_report"):
+        facts["ds_report"] = sh([sys.executable, "-m", "deepspeed.env_report"], timeout=600)
+    proven = proven_imports(facts)
     for mod in req.get("imports", []):
+        if mod in proven:
+            facts["imports"][mod] = {"ok": True, "out": "", "by": proven[mod]}
+            continue
         res = sh([sys.executable, "-c", "import " + mod], timeout=600)
         facts["imports"][mod] = {"ok": res["rc"] == 0, "out": res["out"][-3000:]}
     if req.get("pip_check"):
         facts["pip_check"] = sh([sys.executable, "-m", "pip", "check"], timeout=300)
-    if req.get("ds_report"):
-        facts["ds_report"] = sh([sys.executable, "-m", "deepspeed.env_report"], timeout=600)
     for name, code in sorted(req.get("snippets", {}).items()):
         facts["snippets"][name] = sh([sys.executable, "-c", code], timeout=900)
     for name, command in sorted(req.get("commands", {}).items()):
