@@ -122,7 +122,7 @@ DOCKER_VERSION=$("$DOCKER" version -f '{{.Server.Version}}')
 DOCKER_STORAGE=$("$DOCKER" info -f '{{.Driver}}')
 
 # ---------------------------------------------------------------- 3. registry
-registry_ok() { curl -fsS --noproxy '*' -m 5 -o /dev/null "$REGISTRY_URL/v2/" 2>/dev/null; }
+registry_ok() { registry_answers "$IMGBUILD_REGISTRY"; }
 
 step "registry"
 new_config=$(cat <<EOF
@@ -156,17 +156,8 @@ if registry_ok; then
     step_done "already answering at $REGISTRY_URL/v2/"
 else
     log "starting docker-registry serve $REGISTRY_CONFIG (log: $LOG_DIR/registry.log)"
-    echo "=== $(date -Is) setup-host.sh starting registry" >>"$LOG_DIR/registry.log"
-    setsid nohup /usr/bin/docker-registry serve "$REGISTRY_CONFIG" >>"$LOG_DIR/registry.log" 2>&1 </dev/null 9>&- &
-    rpid=$!
-    for _ in $(seq 1 30); do
-        registry_ok && break
-        kill -0 "$rpid" 2>/dev/null || { tail -n 20 "$LOG_DIR/registry.log" >&2; die "registry exited (log: $LOG_DIR/registry.log)"; }
-        sleep 1
-    done
-    registry_ok || { tail -n 20 "$LOG_DIR/registry.log" >&2; die "registry did not answer at $REGISTRY_URL/v2/ within 30 s"; }
-    echo "$rpid" >"$REGISTRY_DIR/registry.pid"
-    step_done "started, pid $rpid"
+    start_registry "$REGISTRY_CONFIG" "$IMGBUILD_REGISTRY" "$LOG_DIR/registry.log" "$REGISTRY_DIR/registry.pid"
+    step_done "started, pid $REGISTRY_PID"
 fi
 
 # ---------------------------------------------------------------- 4. base image

@@ -9,16 +9,15 @@
 #                  docker and registry deselected), two at a time: no root, no host setup, only .venv
 #                  (made and given the test extras when missing). 158 s on 2 idle cores
 #                  (docs/measurements/2026-12-02-test-suite.md).
-#   IMGBUILD_TEST_WORKERS   pytest-xdist workers: default 2. The whole suite runs in two parts:
-#                  (1) every test but those marked `exclusive`, two at a time, each file whole on one
-#                  worker (--dist loadfile), the files that build on the session's cpu-smoke first, then
-#                  the other docker files, then the rest (tests/conftest.py); (2) the `exclusive` tests
-#                  (they stop the shared registry) in one process after it. Two workers
-#                  fill the time one spends waiting on a push, a container or a sleeping compile: with warm
-#                  caches a single process left a core idle a third of the time (vmstat, 2026-12-05).
-#                  The exit code is the first failing part's; either part collecting no test is exit 5.
-# Each part writes JUnit XML under .imgbuild/test-results/; scripts/test-times.py then prints each part's time
-# and the 15 slowest tests of the whole run (the budget: docs/development.md#the-suites-budget).
+#   IMGBUILD_TEST_WORKERS   pytest-xdist workers: default 2. Every test runs two at a time, each file
+#                  whole on one worker (--dist loadfile): the Podman file first, the files that build on
+#                  the session's cpu-smoke, then the other docker files, then the rest (tests/conftest.py).
+#                  No test stops what the others share: the gc tests collect a registry of their own.
+#                  Two workers fill the time one spends waiting on a push, a container or a sleeping
+#                  compile: with warm caches a single process left a core idle a third of the time (vmstat,
+#                  2026-12-05). Collecting no test is exit 5 (.ci/run fails on it).
+# The run writes JUnit XML under .imgbuild/test-results/; scripts/test-times.py then prints its time and the
+# 15 slowest tests (the budget: docs/development.md#the-suites-budget).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORKERS="${IMGBUILD_TEST_WORKERS:-2}"
@@ -41,10 +40,8 @@ mkdir -p "$results"
 rm -f "$results"/*.xml
 set +e
 # shellcheck disable=SC2046
-.venv/bin/python -m pytest tests -m "not exclusive" $(xdist) --junitxml="$results/shared.xml" "$@"
-shared=$?
-.venv/bin/python -m pytest tests -m "exclusive" --junitxml="$results/exclusive.xml" "$@"
-exclusive=$?
-python3 scripts/test-times.py -n 15 --by-file "$results/shared.xml" "$results/exclusive.xml"
-echo "test.sh: the tests run two at a time exited $shared, the exclusive ones $exclusive"
-for rc in "$shared" "$exclusive"; do [ "$rc" -eq 0 ] || exit "$rc"; done
+.venv/bin/python -m pytest tests $(xdist) --junitxml="$results/suite.xml" "$@"
+rc=$?
+python3 scripts/test-times.py -n 15 --by-file "$results/suite.xml"
+echo "test.sh: pytest exited $rc"
+exit "$rc"

@@ -71,8 +71,8 @@ def pytest_runtest_setup(item):
 # work folder and `first` build, and each test file runs whole on one worker, in file order, as in a
 # serial run. (xdist's loadgroup, which could keep several files on one worker, does nothing under
 # pytest 9: it renames item._nodeid, which pytest 9 no longer reads.) Every docker file depends only on
-# `first` and on its own earlier tests, never on another file's; a test that changes what the workers
-# share (stops the registry) is marked `exclusive` and runs after, alone; a test that empties an engine has one of its own (engine C). Under xdist
+# `first` and on its own earlier tests, never on another file's; no test stops what the
+# workers share (the gc tests collect a registry of their own); a test that empties an engine has one of its own (engine C). Under xdist
 # the files are handed out longest first: the Podman file (LONGEST), the files that build on this session's cpu-smoke (`first`,
 # `work`), the other docker files, the slow unit files, the rest. Without xdist nothing is reordered.
 SHARED_STATE = {"work", "first"}

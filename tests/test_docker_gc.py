@@ -11,6 +11,11 @@ passes (an env variable; pushed, never released) and one whose chmod of a missin
 Nothing gc decides reads what a layer installs: it reads keys, leases, release tags and measured
 manifests, which a tiny stack has as cpu-smoke's torch layer had, built in seconds instead of on a 1.7 GB
 layer.
+
+The stack's layers live in a registry of this file's own (its own port and storage, started as setup-host.sh
+starts the shared one), the base stays in the shared registry: the collection stops the registry it collects
+and frees every blob no manifest names yet, which in the shared registry would cut another test's push in
+half. So this file runs beside the others instead of alone after them.
 """
 
 from __future__ import annotations
@@ -34,13 +39,50 @@ from builder.ship.registry import Registry
 from e2e import NS, REGISTRY, ROOT, imgbuild, reports
 from tiny import site
 
-# exclusive: scripts/registry-gc.sh stops the shared registry and collects every blob no manifest names yet,
-# which would cut another test's push in half; scripts/test.sh runs these after the tests that run at once.
-pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow, pytest.mark.exclusive]
+pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow]
 
 GC_NS = f"{NS}-gc"
 STACK = "gc-mini"
-BLOBS = Path(os.environ.get("IMGBUILD_STATE_DIR", "/var/lib/imgbuild")) / "registry/data/docker/registry/v2/blobs/sha256"
+# This file's registry: its folder (config.yml, registry.pid, data/, as scripts/registry-gc.sh reads them) and
+# host:port, set by the `own_registry` fixture before any test of the file runs.
+OWN: dict = {}
+
+
+def host() -> str:
+    return OWN["host"]
+
+
+def blob(digest: str) -> Path:
+    return OWN["dir"] / "data/docker/registry/v2/blobs/sha256" / digest[7:9] / digest[7:]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def own_registry(tmp_path_factory):
+    """A Distribution registry configured as setup-host.sh configures the shared one (deletes enabled) and
+    started by the same shell function (scripts/lib/setup-common.sh: start_registry)."""
+    import socket
+    folder = tmp_path_factory.mktemp("gc-registry")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    addr = f"127.0.0.1:{port}"
+    (folder / "config.yml").write_text(yaml.safe_dump({
+        "version": 0.1, "log": {"level": "info"},
+        "storage": {"filesystem": {"rootdirectory": str(folder / "data")}, "delete": {"enabled": True},
+                    "cache": {"blobdescriptor": "inmemory"}},
+        "http": {"addr": addr}}))
+    env = dict(os.environ, IMGBUILD_REGISTRY_DIR=str(folder), IMGBUILD_LOG_DIR=str(folder / "log"), SETUP_TAG="gc-test")
+    (folder / "log").mkdir()
+    subprocess.run(["bash", "-c", '. scripts/lib/setup-common.sh && start_registry "$@"', "start",
+                    str(folder / "config.yml"), addr, str(folder / "log" / "registry.log"), str(folder / "registry.pid")],
+                   cwd=ROOT, env=env, check=True, timeout=60)
+    OWN.update(host=addr, dir=folder, env=env)
+    yield OWN
+    pid = int((folder / "registry.pid").read_text())   # registry-gc.sh may have started it again: its pid now
+    try:
+        os.kill(pid, 15)
+    except ProcessLookupError:
+        pass
 
 
 def stacks_file(work: Path, name: str, rev: str, failed: bool = False, keep_releases: int = 2) -> Path:
@@ -48,6 +90,8 @@ def stacks_file(work: Path, name: str, rev: str, failed: bool = False, keep_rele
     failing gc-broken (system-setup), then the runtime gc-env with GC_REV=rev."""
     path = site(work, name, GC_NS, packages=[])
     data = yaml.safe_load(path.read_text())
+    data["site"]["registry"] = host()
+    data["bases"]["debian-bookworm"]["image"] = f"{REGISTRY}/mirror/debian:bookworm"   # the shared registry's
     data["site"]["retention"] = {"keep_releases": keep_releases, "keep_days": 0}
     data["runtimes"] = {"gc-env": {"kind": "runtime-env", "params": {"env": {"GC_REV": rev}}}}
     layers = ["demo"]
@@ -77,7 +121,7 @@ def candidates(data: dict, kind: str) -> set:
 
 
 def where(node) -> tuple:
-    reg = Registry(REGISTRY)
+    reg = Registry(host())
     repo = f"{GC_NS}/layers/{node.name}"
     return repo, reg.manifest_digest(repo, node.short)
 
@@ -98,7 +142,7 @@ def history(work) -> dict:
 
 
 def test_a_dry_run_names_exactly_what_no_release_needs(work, history):
-    reg = Registry(REGISTRY)
+    reg = Registry(host())
     before = {t: reg.manifest_digest(f"{GC_NS}/{STACK}", t) for t in reg.tags(f"{GC_NS}/{STACK}")}
     for attempt in range(2):   # the same answer twice, and nothing deleted by asking
         proc, data = gc(work, history["c"]["path"])
@@ -125,22 +169,28 @@ def test_apply_then_the_registrys_collection_frees_what_it_said(work, history):
     assert proc.returncode == 0, proc.stderr[-3000:]
     said = data["blobs_freed"]
     assert said and len(data["deleted"]) == len(data["candidates"])
-    present = [b for b in said if (BLOBS / b[7:9] / b[7:]).exists()]
+    present = [b for b in said if blob(b).exists()]
     assert present == said   # deleting manifests frees nothing yet: the registry collects offline
+    shared = Path(os.environ.get("IMGBUILD_STATE_DIR", "/var/lib/imgbuild")) / "registry" / "registry.pid"
+    shared_pid = shared.read_text() if shared.exists() else None
     collected = subprocess.run(["bash", str(ROOT / "scripts" / "registry-gc.sh")], capture_output=True, text=True,
-                               timeout=900)
+                               timeout=900, env=OWN["env"])
     assert collected.returncode == 0, collected.stdout + collected.stderr
-    assert [b for b in said if (BLOBS / b[7:9] / b[7:]).exists()] == []
+    assert f"stopping the registry at {host()}" in collected.stdout, collected.stdout
+    # The registry every other test pushes to was never stopped: the same process answers.
+    assert (shared.read_text() if shared.exists() else None) == shared_pid
+    assert Registry(REGISTRY).manifest_digest("mirror/debian", "bookworm")
+    assert [b for b in said if blob(b).exists()] == []
     line = [l for l in collected.stdout.splitlines() if "storage:" in l][-1]
     assert int(line.split("(")[1].split()[0]) >= data["bytes_freed"], line
     # Every release tag left pulls and passes validate, with the stacks file of its revision.
-    reg = Registry(REGISTRY)
+    reg = Registry(host())
     assert reg.manifest_digest(f"{GC_NS}/{STACK}", f"{STACK}-2026.12.01") is None
     for rev, tag in (("b", f"{STACK}-2026.12.02"), ("c", f"{STACK}-2026.12.03"), ("c", STACK)):
         assert reg.manifest_digest(f"{GC_NS}/{STACK}", tag), tag
         ok = imgbuild(work, "validate", f"stack={STACK}", "-f", str(history[rev]["path"]), timeout=900)
         assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-2000:]
-        pulled = subprocess.run(["/usr/bin/docker", "pull", "--quiet", f"{REGISTRY}/{GC_NS}/{STACK}:{tag}"],
+        pulled = subprocess.run(["/usr/bin/docker", "pull", "--quiet", f"{host()}/{GC_NS}/{STACK}:{tag}"],
                                 capture_output=True, text=True, timeout=600)
         assert pulled.returncode == 0, pulled.stderr
     # Nothing is left to collect, and no kept release lacks a layer image.
@@ -150,7 +200,7 @@ def test_apply_then_the_registrys_collection_frees_what_it_said(work, history):
 
 def consistent(work: Path, path: Path) -> None:
     """Every key tag names an image whose measured manifest is beside it, and no kept release lacks a layer."""
-    reg = Registry(REGISTRY)
+    reg = Registry(host())
     for repo in reg.repositories(f"{GC_NS}/layers/"):
         for tag in reg.tags(repo):
             if len(tag) == 32:
@@ -189,7 +239,7 @@ def test_gc_racing_a_build_that_publishes_new_keys(work, history, share):
         loop.join()
     assert rounds and set(rounds) == {0}, (rounds, errors)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    reg = Registry(REGISTRY)
+    reg = Registry(host())
     repo, digest = where(node)
     assert digest and verdict(fetch_manifest(reg, repo, digest), node, digest) is None
     assert reg.manifest_digest(f"{GC_NS}/{STACK}", STACK) == digest
@@ -205,8 +255,8 @@ def test_a_key_deleted_on_purpose_is_built_again(work, history):
     assert first.returncode == 0, first.stdout[-3000:]
     node = chain(path)[-1]
     repo, digest = where(node)
-    assert Registry(REGISTRY).delete_manifest(repo, digest)
-    assert Registry(REGISTRY).manifest_digest(repo, node.short) is None
+    assert Registry(host()).delete_manifest(repo, digest)
+    assert Registry(host()).manifest_digest(repo, node.short) is None
     again = imgbuild(work, "build", f"stack={STACK}", "-f", str(path), "--date", "2026.12.06", timeout=1800)
     assert again.returncode == 0, again.stdout[-3000:]
     acts = {n["layer"]: n["action"] for n in reports(work)[-1]["nodes"].values()}
@@ -233,7 +283,7 @@ def test_a_registry_without_deletes_gets_a_clear_message_and_loses_nothing(tmp_p
                            "layers": []}).encode()
         client.put_manifest(f"{GC_NS}/layers/x", "0" * 32, body, "application/vnd.oci.image.manifest.v1+json")
         path = stacks_file(work, "gc-nodelete", "x")
-        text = path.read_text().replace(REGISTRY, reg.host)
+        text = path.read_text().replace(host(), reg.host)
         path.write_text(text)
         dry = imgbuild(work, "gc", "-f", str(path))
         assert dry.returncode == 0 and "does not allow deletes: --apply would be refused" in dry.stdout, dry.stdout

@@ -40,3 +40,20 @@ install_missing() {   # install_missing PKG...: the packages dpkg does not have,
         step_done "all present"
     fi
 }
+
+start_registry() {   # start_registry CONFIG ADDR LOGFILE PIDFILE: serve CONFIG in the background, wait for ADDR
+    local config="$1" addr="$2" logfile="$3" pidfile="$4" rpid
+    echo "=== $(date -Is) $SETUP_TAG starting registry" >>"$logfile"
+    setsid nohup /usr/bin/docker-registry serve "$config" >>"$logfile" 2>&1 </dev/null 9>&- &
+    rpid=$!
+    for _ in $(seq 1 30); do
+        registry_answers "$addr" && break
+        kill -0 "$rpid" 2>/dev/null || { tail -n 20 "$logfile" >&2; die "registry exited (log: $logfile)"; }
+        sleep 1
+    done
+    registry_answers "$addr" || { tail -n 20 "$logfile" >&2; die "registry did not answer at http://$addr/v2/ within 30 s"; }
+    echo "$rpid" >"$pidfile"
+    REGISTRY_PID=$rpid
+}
+
+registry_answers() { curl -fsS --noproxy '*' -m 5 -o /dev/null "http://$1/v2/" 2>/dev/null; }
