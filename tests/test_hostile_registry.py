@@ -577,3 +577,72 @@ def test_any_manifest_and_config_shape_gives_a_result_or_a_refusal(manifest, con
         return
     for fmt in ("table", "markdown", "json"):
         render(result, fmt)
+
+
+# -- layer downloads (verify --rebuild reads a released layer's blob from the registry) -----------------------
+
+def _layer(n: int) -> bytes:
+    return bytes((i * 7 + n) % 251 for i in range(3 << 20))   # 3 MiB, not one repeated chunk
+
+
+def test_a_layer_is_streamed_to_a_file_and_checked(reg, tmp_path):
+    body = _layer(1)
+    reg.blobs[digest(body)] = body
+    dest = tmp_path / "blob"
+    Registry(reg.host).download_blob(Hostile.REPO, digest(body), len(body), dest)
+    assert dest.read_bytes() == body
+
+
+@pytest.mark.parametrize("served, words", [("other", "does not match its digest"), ("longer", "with more than 3 MiB"),
+                                           ("shorter", "does not match its digest")])
+def test_a_layer_that_is_not_its_descriptor_is_refused_and_not_kept(reg, tmp_path, served, words):
+    body = _layer(2)
+    wrong = {"other": _layer(3), "longer": body + b"x" * 4096, "shorter": body[:-1]}[served]
+    reg.blobs[digest(body)] = wrong
+    dest = tmp_path / "blob"
+    with pytest.raises(RegistryError, match=words):
+        Registry(reg.host).download_blob(Hostile.REPO, digest(body), len(body), dest)
+    assert not dest.exists()
+
+
+def test_a_layer_cut_off_mid_way_is_fetched_again_from_its_start(reg, tmp_path):
+    """The first answer stops after a third of the bytes; with retries the second is written over it, not after."""
+    body = _layer(4)
+    reg.blobs[digest(body)] = body
+    tries = []
+
+    def script(h, seen):
+        if "/blobs/" in seen.path and not tries:
+            tries.append(1)
+            h.raw(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body[:1 << 20])
+            return True
+        return False
+    reg.script = script
+    dest = tmp_path / "blob"
+    Registry(reg.host, retries=True).download_blob(Hostile.REPO, digest(body), len(body), dest)
+    assert tries and dest.read_bytes() == body
+
+
+def test_a_rebuild_reads_only_the_released_nodes_own_layers(reg, tmp_path):
+    """Of an image of three layers, the node's own (the top one) is fetched; its parent's are never asked for."""
+    import gzip
+    import io
+    import tarfile
+    from builder.ship.reproduce import _fetch_own_layers, _released_entries
+
+    def layer(name: str, data: bytes) -> tuple[bytes, str]:
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        return gzip.compress(raw.getvalue(), mtime=0), digest(raw.getvalue())
+    layers = [layer(f"opt/{n}", n.encode() * 100) for n in ("base", "torch", "project")]
+    config = {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": [d for _, d in layers]}}
+    for blob, _ in layers:
+        reg.blobs[digest(blob)] = blob
+    top = reg.put_image("three", config, [b for b, _ in layers])
+    blobs = _fetch_own_layers(Registry(reg.host), Hostile.REPO, top, [layers[2][1]], tmp_path / "released")
+    asked = [s.path.rsplit("/", 1)[1] for s in reg.seen if "/blobs/" in s.path]
+    assert digest(layers[2][0]) in asked and digest(layers[0][0]) not in asked and digest(layers[1][0]) not in asked
+    assert list(_released_entries(blobs, [layers[2][1]])) == ["opt/project"]

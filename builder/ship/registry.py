@@ -32,7 +32,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 import httpx
 
@@ -54,6 +54,7 @@ ALGORITHMS = {"sha256": hashlib.sha256, "sha512": hashlib.sha512}
 # (check manifests, SBOMs of a training image) stay far below the blob cap.
 MANIFEST_MAX = 4 << 20
 BLOB_MAX = 64 << 20
+BLOB_RATE_MIN = 1 << 20   # bytes a second a layer download is given time for, above the request's deadline
 TOKEN_MAX = 1 << 20
 ERROR_BODY_MAX = 64 << 10
 REDIRECTS_MAX = 5
@@ -246,8 +247,10 @@ class Registry:
     def _home(self) -> tuple[str, str]:
         return self._origin(f"{self.scheme}://{self.host}/")
 
-    def _send(self, method: str, url: str, headers: dict, data: bytes | None, limit: int, deadline: float) -> Response:
-        """One exchange with one URL: the body read in chunks against the size cap and the deadline."""
+    def _send(self, method: str, url: str, headers: dict, data: bytes | None, limit: int, deadline: float,
+              sink: BinaryIO | None = None) -> Response:
+        """One exchange with one URL: the body read in chunks against the size cap and the deadline. With a
+        sink, a 200's body is written to it from its start (a retry writes it again), not held: a layer."""
         left = deadline - time.monotonic()
         if left <= 0:
             raise _Timeout()
@@ -268,12 +271,22 @@ class Registry:
                                        timeout=httpx.Timeout(left, connect=min(CONNECT_TIMEOUT, left)))
             resp = client.send(req, stream=True)
             try:
-                body = bytearray()
+                body, streamed = bytearray(), sink is not None and resp.status_code == 200
+                if streamed:
+                    sink.seek(0)
+                    sink.truncate()
+                # A streamed request's limit is its blob's size; what it holds instead (a redirect, an error) is small.
+                cap = limit if streamed or sink is None else min(limit, ERROR_BODY_MAX)
+                size = 0
                 for chunk in resp.iter_raw():
-                    body += chunk
+                    size += len(chunk)
                     self.bytes_in += len(chunk)
-                    if len(body) > limit:
-                        raise _TooBig(len(body))
+                    if size > cap:
+                        raise _TooBig(size)
+                    if streamed:
+                        sink.write(chunk)
+                    else:
+                        body += chunk
                     if time.monotonic() > deadline:
                         raise _Timeout()
                 return Response(resp.status_code, {k.lower(): v for k, v in resp.headers.items()}, bytes(body), url)
@@ -293,7 +306,8 @@ class Registry:
                 self._local.client = None    # closed by the watchdog: the next request opens a new pool
 
     def _request(self, method: str, path: str, *, headers: dict | None = None, data: bytes | None = None,
-                 scope: str = "", ok: tuple = (200,), limit: int = MANIFEST_MAX) -> Response:
+                 scope: str = "", ok: tuple = (200,), limit: int = MANIFEST_MAX, seconds: float | None = None,
+                 sink: BinaryIO | None = None) -> Response:
         url = path if path.startswith("http") else f"{self.scheme}://{self.host}{path}"
         if self._down and not self.retries:
             # One deadline per host and command: a plan with three bases on a silent mirror waits once.
@@ -301,12 +315,12 @@ class Registry:
         authenticated, waits, started = False, iter(BACKOFF), time.monotonic()
         while True:
             try:
-                resp = self._follow(method, url, headers or {}, data, scope, limit)
+                resp = self._follow(method, url, headers or {}, data, scope, limit, seconds or self.timeout, sink)
             except _Timeout:
-                if self._wait(waits, started, f"no answer within {self.timeout:g} s"):
+                if self._wait(waits, started, f"no answer within {seconds or self.timeout:g} s"):
                     continue
                 self._down = (f"registry {self.host} did not answer {method} {_path(url)} within "
-                              f"{self.timeout:g} s" + self._tried(started))
+                              f"{seconds or self.timeout:g} s" + self._tried(started))
                 raise RegistryError(self._down, hint="is the registry up? (scripts/setup-host.sh starts one on "
                                                      "127.0.0.1:5000)") from None
             except _Broken as exc:
@@ -332,10 +346,11 @@ class Registry:
                 continue
             raise _http_error(self.host, method, url, resp.status, resp.body)
 
-    def _follow(self, method: str, url: str, headers: dict, data: bytes | None, scope: str, limit: int) -> Response:
+    def _follow(self, method: str, url: str, headers: dict, data: bytes | None, scope: str, limit: int,
+                seconds: float, sink: BinaryIO | None = None) -> Response:
         """One request and its redirects, each hop judged: http(s) only, no downgrade to http off loopback,
         and the Authorization header only on the registry's own origin."""
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + seconds
         for _ in range(REDIRECTS_MAX + 1):
             scheme, origin = self._origin(url)
             if scheme not in ("http", "https"):
@@ -346,7 +361,7 @@ class Registry:
             sent = dict(headers)
             if (scheme, origin) == self._home() and scope in self._token:
                 sent["Authorization"] = self._token[scope]
-            resp = self._send(method, url, sent, data, limit if method != "HEAD" else 0, deadline)
+            resp = self._send(method, url, sent, data, limit if method != "HEAD" else 0, deadline, sink)
             if resp.status not in REDIRECT or "location" not in resp.headers:
                 return resp
             url = urllib.parse.urljoin(url, resp.headers["location"])
@@ -511,6 +526,26 @@ class Registry:
         if digest_of(body, digest.split(":", 1)[0]) != digest:
             raise RegistryError(f"blob {digest} from {self.host}/{repo} does not match its digest")
         return body
+
+    def download_blob(self, repo: str, digest: str, size: int, dest: Path) -> None:
+        """A blob of `size` bytes (its descriptor's) written to dest as it arrives, never held in memory (a
+        layer of gigabytes), and checked against its digest; dest is removed when it is not that blob. The
+        deadline grows with the size: the request's own, plus a second per MiB."""
+        check_digest(digest, "the blob digest asked for")
+        algorithm, want = digest.split(":", 1)
+        try:
+            with open(dest, "wb") as sink:
+                self._request("GET", f"/v2/{repo}/blobs/{digest}", scope=f"repository:{repo}:pull", limit=size,
+                              seconds=self.timeout + size / BLOB_RATE_MIN, sink=sink)
+            hasher = hashlib.new(algorithm)
+            with open(dest, "rb") as got:
+                for chunk in iter(lambda: got.read(1 << 20), b""):
+                    hasher.update(chunk)
+            if hasher.hexdigest() != want or dest.stat().st_size != size:
+                raise RegistryError(f"blob {digest} from {self.host}/{repo} does not match its digest and size ({size} bytes)")
+        except BaseException:
+            dest.unlink(missing_ok=True)
+            raise
 
     def has_blob(self, repo: str, digest: str) -> bool:
         check_digest(digest, "the blob digest asked for")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import tarfile
 import tempfile
 import time
@@ -30,7 +29,6 @@ from builder.plan.layout import layer_repo, release_repo
 from builder.ship.engines import choose
 from builder.ship.hostconf import HostConf
 from builder.ship.oci import put_document, stored_document
-from builder.ship.podman import insecure
 from builder.ship.registry import Ref, Registry
 
 ARTIFACT = "application/vnd.imgbuild.rebuild.v1+json"
@@ -196,7 +194,7 @@ def _one(builder, plan, node, secrets, registry: Registry, engine, tmp: Path, pr
         if verdict.identical:
             say(f"{prefix}: identical ({len(mine)} layer(s): {', '.join(d[7:19] for d in mine) or 'none'})")
         else:
-            diff = _file_diff(registry, f"{spec.site.registry}/{repo}@{digest}", theirs, engine, local, mine, tmp)
+            diff = _file_diff(registry, repo, digest, theirs, engine, local, mine, tmp)
             if times_unfixed:
                 verdict.time_only = all(set(c.what) == {"time"} for c in diff.changes)
             verdict.changes = [{"path": c.path, "what": list(c.what), "cause": c.cause, "detail": c.detail}
@@ -213,47 +211,53 @@ def _one(builder, plan, node, secrets, registry: Registry, engine, tmp: Path, pr
     return verdict
 
 
-def _file_diff(registry: Registry, released_ref: str, theirs: list, engine, local: str, mine: list,
+def _file_diff(registry: Registry, repo: str, digest: str, theirs: list, engine, local: str, mine: list,
                tmp: Path) -> layerdiff.LayerDiff:
     """The file-level difference of a node's own layers (all of them, merged in order, as a reader sees them)."""
-    folder = _copy_released(released_ref, tmp)
+    folder = tmp / "released"
+    blobs = _fetch_own_layers(registry, repo, digest, theirs, folder)
     archive = tmp / "rebuilt.tar"
     engine.save(local, archive)
     try:
-        released, rebuilt = _released_entries(folder, theirs), _archive_entries(archive, mine)
+        released, rebuilt = _released_entries(blobs, theirs), _archive_entries(archive, mine)
         diff = layerdiff.compare(released, rebuilt)
         keep = layerdiff.small_changed(diff, released, rebuilt)
         if keep:   # a second read, of the few small files that differ, to show how
-            layerdiff.show_contents(diff, _released_entries(folder, theirs, keep), _archive_entries(archive, mine, keep))
+            layerdiff.show_contents(diff, _released_entries(blobs, theirs, keep), _archive_entries(archive, mine, keep))
         return diff
     finally:
         archive.unlink(missing_ok=True)
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _copy_released(ref: str, tmp: Path) -> Path:
-    """The released image's blobs as stored (compressed), copied by skopeo into a folder."""
-    folder = tmp / "released"
-    tls = ["--src-tls-verify=false"] if insecure(ref) else []
-    try:
-        proc = subprocess.run(["skopeo", "copy", "--quiet", *tls, f"docker://{ref}", f"dir:{folder}"],
-                              capture_output=True, text=True, timeout=3600)
-    except FileNotFoundError:
-        raise RebuildError("skopeo is not installed: it reads the released layers to compare them file by file",
-                           hint="Debian: apt-get install skopeo (scripts/setup-test-host.sh installs it)") from None
-    if proc.returncode != 0:
-        raise RebuildError(f"skopeo could not copy {ref}: {proc.stderr.strip()[-400:]}")
-    return folder
+def _fetch_own_layers(registry: Registry, repo: str, digest: str, diff_ids: list, folder: Path) -> dict:
+    """{diff_id: file} of the released node's own layers, their blobs as stored (compressed), fetched from the
+    registry one by one and checked against their digests. The layers beneath (torch's gigabytes under a
+    project layer) are not fetched: they are the parent's, which the rebuild stood on unchanged."""
+    found = registry.get_manifest(repo, digest)
+    if not found or "config" not in found[0]:
+        raise RebuildError(f"{registry.host}/{repo}@{digest} is not one image in the registry")
+    manifest = found[0]
+    config = json.loads(registry.get_blob(repo, manifest["config"]["digest"]))
+    descriptors = dict(zip(_diff_ids(config), manifest.get("layers") or []))
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for diff_id in diff_ids:
+        layer = descriptors.get(diff_id)
+        if layer is None:
+            raise RebuildError(f"{registry.host}/{repo}@{digest}: its config names layer {diff_id[:19]}, its manifest "
+                               "has no blob for it")
+        path = folder / layer["digest"].replace(":", "-")
+        registry.download_blob(repo, layer["digest"], int(layer["size"]), path)
+        out[diff_id] = path
+    return out
 
 
-def _released_entries(folder: Path, diff_ids: list, keep: frozenset = frozenset()) -> dict:
-    """The released node's own layers, read from the copy of its blobs."""
-    manifest = json.loads((folder / "manifest.json").read_text())
-    config = json.loads((folder / manifest["config"]["digest"].split(":", 1)[1]).read_text())
-    pairs = dict(zip(_diff_ids(config), (layer["digest"] for layer in manifest["layers"])))
+def _released_entries(blobs: dict, diff_ids: list, keep: frozenset = frozenset()) -> dict:
+    """The released node's own layers, read from their fetched blobs ({diff_id: file})."""
     entries: dict = {}
     for diff_id in diff_ids:
-        with open(folder / pairs[diff_id].split(":", 1)[1], "rb") as blob:
+        with open(blobs[diff_id], "rb") as blob:
             entries.update(layerdiff.read_layer(blob, keep))   # later layers win; whiteouts are entries
     return entries
 
