@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -39,11 +40,20 @@ def make_work(path: Path) -> Path:
 
 
 def stacks_file(work: Path, name: str, mutate=lambda data: None) -> Path:
+    """The shipped stacks.yaml in this session's namespace, as work/NAME.yaml, changed by `mutate`, with the
+    shipped lock beside it (NAME.lock.yaml, unless a test wrote its own): every e2e build of cpu-smoke is the
+    locked one a site makes, as the CI pipelines' and a newcomer's are. So the layers a test leaves as shipped
+    have one key in every test (`first`'s), and BuildKit's cache serves them instead of DeepSpeed's ops being
+    compiled once for the unlocked keys and again for the locked ones; a layer a test changes is built
+    unlocked (its lock entry no longer matches its definition)."""
     data = yaml.safe_load((ROOT / "stacks.yaml").read_text())
     data["site"] = {"registry": REGISTRY, "namespace": NS}
     mutate(data)
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
+    lock = work / f"{name}.lock.yaml"
+    if not lock.exists():
+        shutil.copyfile(ROOT / "stacks.lock.yaml", lock)
     return path
 
 

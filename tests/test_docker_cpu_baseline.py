@@ -14,6 +14,7 @@ from the binaries inside the image.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -102,6 +103,7 @@ def test_the_old_way_native_build_is_refused_by_its_binaries(work, first, tmp_pa
     data = yaml.safe_load((ROOT / "stacks.yaml").read_text())
     data["site"] = {"registry": REGISTRY, "namespace": NS}
     (folder / "stacks.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    shutil.copyfile(ROOT / "stacks.lock.yaml", folder / "stacks.lock.yaml")   # locked, as every e2e cpu-smoke is
     before = release("cpu-smoke")
     for run in (1, 2):
         proc = imgbuild(work, "build", "stack=cpu-smoke", "-f", str(folder / "stacks.yaml"), "--date", "2026.12.05",
