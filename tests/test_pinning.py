@@ -177,3 +177,23 @@ def test_a_locked_sdist_that_downloads_its_own_prebuilt_wheel_is_refused_until_t
     wheel = [dist("mamba-ssm", "2.2.2", "4d" * 32, url="https://files.example/mamba_ssm-2.2.2-cp311-cp311-linux_x86_64.whl",
                   requested=True)]
     assert "IB099" not in run_cli("check", "-f", locked_site(_dir(tmp_path / "c"), {"mamba": [wheel]}, _with_mamba())).output
+
+
+def test_a_layer_that_removes_a_locked_distribution_is_not_held_to_it_by_the_lock_beneath(tmp_path):
+    """The lock's check of the DeepSpeed layer goes up the chain (nothing above may change its set), except
+    for what a layer above declares removed with its reason: that layer's image is checked for its absence,
+    not for the locked version (found by the e2e primitives stack, which removes ninja above a locked layer)."""
+    def edit(text):
+        data = yaml.safe_load(text)
+        data["layers"]["trim"] = {"kind": "pip", "params": {"packages": ["six==1.17.0"], "uninstall": {
+            "packages": ["HJSON"], "reason": "not needed at run time"}}}
+        chain = data["stacks"]["cpu-smoke"]["layers"]
+        chain.insert(chain.index("ds-0.19.8-cpu") + 1, "trim")
+        return yaml.safe_dump(data, sort_keys=False)
+    file = locked_site(tmp_path, {"ds-0.19.8-cpu": [DS_STEP]}, edit)
+    lock_of = lambda n: dict(next(c for c in n.checks if c.id == "python-lock.ds-0.19.8-cpu").args)["installed"]
+    assert "hjson==3.1.0" in lock_of(node(file, "ds-0.19.8-cpu"))
+    for above in ("trim", "cpu-env"):
+        assert lock_of(node(file, above)) == ["deepspeed==0.19.8", "numpy==2.4.6"], above
+    trim = next(c for c in node(file, "trim").checks if c.id == "pip.requirements")
+    assert dict(trim.args)["absent"] == ["HJSON"]

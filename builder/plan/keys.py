@@ -212,6 +212,30 @@ def lock_check(layer: LayerDef, entry) -> CheckSpec:
                      args=(("installed", installed),), doc="the installed set is the lock file's")
 
 
+def _without_removed(checks: tuple, layer: LayerDef) -> tuple:
+    """The checks of the layers beneath as this layer's image must pass them: a distribution this layer
+    declares removed (an `uninstall` with its reason) is no longer required installed by a requirements check
+    from below, the lock's among them (the layer's own check requires it absent)."""
+    removed = {_dist_name(n) for _, v in layer.params if isinstance(v, Uninstall) for n in v.packages}
+    if not removed:
+        return checks
+    out = []
+    for check in checks:
+        args = dict(check.args)
+        if check.check == "requirements" and args.get("installed"):
+            kept = [r for r in args["installed"] if _dist_name(r) not in removed]
+            if kept != list(args["installed"]):
+                check = CheckSpec(id=check.id, check=check.check, gpu=check.gpu, doc=check.doc,
+                                  args=tuple((k, kept if k == "installed" else v) for k, v in check.args))
+        out.append(check)
+    return tuple(out)
+
+
+def _dist_name(requirement: str) -> str:
+    """A requirement's distribution name, normalised as pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", re.split(r"[\s\[<>=!~;@(]", requirement.strip(), maxsplit=1)[0]).lower()
+
+
 PARAM_REF = re.compile(r"\{param:([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -372,7 +396,7 @@ def _plan_chain(plan: Plan, spec: Spec, stack: Stack, platform: str, digests: di
         if entry is not None:   # the set itself, not only the file that names it
             inputs["python"] = pinning.digest(entry)
         key = make_key(inputs)
-        checks = checks + tuple(_resolve_args(c, layer, stack) for c in layer.kind.checks)
+        checks = _without_removed(checks, layer) + tuple(_resolve_args(c, layer, stack) for c in layer.kind.checks)
         if entry is not None:
             checks += (lock_check(layer, entry),)
         if key not in plan.nodes:
