@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -236,6 +237,8 @@ def test_build_script_builds_cpu_smoke(tmp_path):
     data["site"] = {"registry": REGISTRY, "namespace": f"bake-test-{uuid.uuid4().hex[:8]}"}
     stacks = work / "stacks.yaml"
     stacks.write_text(yaml.safe_dump(data, sort_keys=False))
+    # Locked, as every e2e cpu-smoke is (tests/e2e.py stacks_file): the same layers as `first`, from its cache.
+    shutil.copyfile(STACKS.with_name("stacks.lock.yaml"), work / "stacks.lock.yaml")
     out = work / "tree"
     env = dict(env_for(work), DOCKER=DOCKER, BUILDKIT_PROGRESS="plain")
     proc = subprocess.run([sys.executable, "-m", "builder.cli", "render", "stack=cpu-smoke", "-f", str(stacks),
