@@ -628,7 +628,7 @@ def test_a_rebuild_reads_only_the_released_nodes_own_layers(reg, tmp_path):
     import gzip
     import io
     import tarfile
-    from builder.ship.reproduce import _fetch_own_layers, _released_entries
+    from builder.ship.reproduce import _fetch_own_layers, _image, _released_entries
 
     def layer(name: str, data: bytes) -> tuple[bytes, str]:
         raw = io.BytesIO()
@@ -642,7 +642,10 @@ def test_a_rebuild_reads_only_the_released_nodes_own_layers(reg, tmp_path):
     for blob, _ in layers:
         reg.blobs[digest(blob)] = blob
     top = reg.put_image("three", config, [b for b, _ in layers])
-    blobs = _fetch_own_layers(Registry(reg.host), Hostile.REPO, top, [layers[2][1]], tmp_path / "released")
+    manifest, config = _image(Registry(reg.host), Hostile.REPO, top)
+    own = {layers[2][1]: dict(zip(config["rootfs"]["diff_ids"], manifest["layers"]))[layers[2][1]]}
+    reg.seen.clear()
+    blobs = _fetch_own_layers(Registry(reg.host), Hostile.REPO, top, own, tmp_path / "released")
     asked = [s.path.rsplit("/", 1)[1] for s in reg.seen if "/blobs/" in s.path]
     assert digest(layers[2][0]) in asked and digest(layers[0][0]) not in asked and digest(layers[1][0]) not in asked
     assert list(_released_entries(blobs, [layers[2][1]])) == ["opt/project"]

@@ -87,7 +87,7 @@ def rebuild(prepared, target: str, say, engine_kind: str | None = None, docker: 
     registry = Registry(spec.site.registry)
     engine = choose(engine_kind, spec.site.engine, docker)
     ref, digest, stack = _released(prepared, plan, registry, target)
-    config = _config(registry, Ref.parse(ref).repo, digest)
+    _, config = _image(registry, Ref.parse(ref).repo, digest)
     key = (config.get("config") or {}).get("Labels", {}).get("io.imgbuild.key", "")
     top = plan.nodes.get(key)
     if top is None:
@@ -148,14 +148,15 @@ def _released(prepared, plan, registry: Registry, target: str) -> tuple[str, str
     return f"{ref.registry}/{ref.repo}@{digest}", digest, stacks[0]
 
 
-def _config(registry: Registry, repo: str, digest: str) -> dict:
+def _image(registry: Registry, repo: str, digest: str) -> tuple[dict, dict]:
+    """(manifest, config) of one image in the registry."""
     found = registry.get_manifest(repo, digest)
     if not found:
         raise RebuildError(f"{registry.host}/{repo}@{digest} is not in the registry")
     manifest = found[0]
     if "config" not in manifest:
         raise RebuildError(f"{registry.host}/{repo}@{digest} is an index, not one image: name one platform's digest")
-    return json.loads(registry.get_blob(repo, manifest["config"]["digest"]))
+    return manifest, json.loads(registry.get_blob(repo, manifest["config"]["digest"]))
 
 
 def _diff_ids(config: dict) -> list:
@@ -170,7 +171,9 @@ def _one(builder, plan, node, secrets, registry: Registry, engine, tmp: Path, pr
     digest = registry.manifest_digest(repo, node.short)
     if not digest:
         raise RebuildError(f"{node.name} ({node.short[:12]}) is not in the registry: nothing to compare with")
-    released = _diff_ids(_config(registry, repo, digest))
+    manifest, config = _image(registry, repo, digest)
+    released = _diff_ids(config)
+    blobs = dict(zip(released, manifest.get("layers") or []))   # diff_id -> its blob's descriptor
     if node.parent:
         parent = plan.nodes[node.parent]
         prepo = layer_repo(spec.site.namespace, parent.name)
@@ -194,7 +197,7 @@ def _one(builder, plan, node, secrets, registry: Registry, engine, tmp: Path, pr
         if verdict.identical:
             say(f"{prefix}: identical ({len(mine)} layer(s): {', '.join(d[7:19] for d in mine) or 'none'})")
         else:
-            diff = _file_diff(registry, repo, digest, theirs, engine, local, mine, tmp)
+            diff = _file_diff(registry, repo, digest, {d: blobs.get(d) for d in theirs}, engine, local, mine, tmp)
             if times_unfixed:
                 verdict.time_only = all(set(c.what) == {"time"} for c in diff.changes)
             verdict.changes = [{"path": c.path, "what": list(c.what), "cause": c.cause, "detail": c.detail}
@@ -211,39 +214,35 @@ def _one(builder, plan, node, secrets, registry: Registry, engine, tmp: Path, pr
     return verdict
 
 
-def _file_diff(registry: Registry, repo: str, digest: str, theirs: list, engine, local: str, mine: list,
+def _file_diff(registry: Registry, repo: str, digest: str, theirs: dict, engine, local: str, mine: list,
                tmp: Path) -> layerdiff.LayerDiff:
-    """The file-level difference of a node's own layers (all of them, merged in order, as a reader sees them)."""
+    """The file-level difference of a node's own layers (all of them, merged in order, as a reader sees them);
+    theirs: each released layer's diff_id and its blob's descriptor."""
     folder = tmp / "released"
     blobs = _fetch_own_layers(registry, repo, digest, theirs, folder)
     archive = tmp / "rebuilt.tar"
     engine.save(local, archive)
     try:
-        released, rebuilt = _released_entries(blobs, theirs), _archive_entries(archive, mine)
+        released, rebuilt = _released_entries(blobs, list(theirs)), _archive_entries(archive, mine)
         diff = layerdiff.compare(released, rebuilt)
         keep = layerdiff.small_changed(diff, released, rebuilt)
         if keep:   # a second read, of the few small files that differ, to show how
-            layerdiff.show_contents(diff, _released_entries(blobs, theirs, keep), _archive_entries(archive, mine, keep))
+            layerdiff.show_contents(diff, _released_entries(blobs, list(theirs), keep),
+                                    _archive_entries(archive, mine, keep))
         return diff
     finally:
         archive.unlink(missing_ok=True)
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _fetch_own_layers(registry: Registry, repo: str, digest: str, diff_ids: list, folder: Path) -> dict:
-    """{diff_id: file} of the released node's own layers, their blobs as stored (compressed), fetched from the
-    registry one by one and checked against their digests. The layers beneath (torch's gigabytes under a
-    project layer) are not fetched: they are the parent's, which the rebuild stood on unchanged."""
-    found = registry.get_manifest(repo, digest)
-    if not found or "config" not in found[0]:
-        raise RebuildError(f"{registry.host}/{repo}@{digest} is not one image in the registry")
-    manifest = found[0]
-    config = json.loads(registry.get_blob(repo, manifest["config"]["digest"]))
-    descriptors = dict(zip(_diff_ids(config), manifest.get("layers") or []))
+def _fetch_own_layers(registry: Registry, repo: str, digest: str, layers: dict, folder: Path) -> dict:
+    """{diff_id: file} of the released node's own layers ({diff_id: blob descriptor}), their blobs as stored
+    (compressed), fetched from the registry one by one and checked against their digests. The layers beneath
+    (torch's gigabytes under a project layer) are not fetched: they are the parent's, which the rebuild stood
+    on unchanged."""
     folder.mkdir(parents=True, exist_ok=True)
     out = {}
-    for diff_id in diff_ids:
-        layer = descriptors.get(diff_id)
+    for diff_id, layer in layers.items():
         if layer is None:
             raise RebuildError(f"{registry.host}/{repo}@{digest}: its config names layer {diff_id[:19]}, its manifest "
                                "has no blob for it")
