@@ -60,12 +60,9 @@ def blob(digest: str) -> Path:
 def own_registry(tmp_path_factory):
     """A Distribution registry configured as setup-host.sh configures the shared one (deletes enabled) and
     started by the same shell function (scripts/lib/setup-common.sh: start_registry)."""
-    import socket
+    from test_docker_faults import _free_port
     folder = tmp_path_factory.mktemp("gc-registry")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    addr = f"127.0.0.1:{port}"
+    addr = f"127.0.0.1:{_free_port()}"
     (folder / "config.yml").write_text(yaml.safe_dump({
         "version": 0.1, "log": {"level": "info"},
         "storage": {"filesystem": {"rootdirectory": str(folder / "data")}, "delete": {"enabled": True},

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from packaging.utils import canonicalize_name
+
 from builder import __version__
 from builder.errors import SpecError
 from builder.load.kinds import CheckSpec
@@ -232,8 +234,8 @@ def _without_removed(checks: tuple, layer: LayerDef) -> tuple:
 
 
 def _dist_name(requirement: str) -> str:
-    """A requirement's distribution name, normalised as pip compares them (PEP 503)."""
-    return re.sub(r"[-_.]+", "-", re.split(r"[\s\[<>=!~;@(]", requirement.strip(), maxsplit=1)[0]).lower()
+    """A requirement's distribution name (NAME==1.0, NAME @ git+URL, NAME), as pip compares them."""
+    return canonicalize_name(re.split(r"[\s\[<>=!~;@(]", requirement.strip(), maxsplit=1)[0])
 
 
 PARAM_REF = re.compile(r"\{param:([A-Za-z_][A-Za-z0-9_]*)\}")
