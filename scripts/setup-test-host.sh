@@ -4,7 +4,7 @@
 #   1. packages: skopeo (a second registry client), rsync (gitlab-ci-local copies the checkout with it),
 #      squashfs-tools + umoci (imgbuild export), slurm-wlm + munge (a one-machine cluster), chromium +
 #      chromium-driver (the catalog page opened in a real browser, headless), podman + buildah (the
-#      daemonless engine, --engine podman; verify --rebuild reads layers with skopeo)
+#      daemonless engine, --engine podman)
 #   2. gitlab-ci-local (npm), which runs the pipelines `imgbuild ci gitlab` writes, for real
 #   3. a one-machine Slurm cluster (scripts/slurm-local.sh) for the node check's batch job
 #   4. nvcc and cuobjdump from PyPI (scripts/cuda-toolchain.sh), for the arch-coverage reader's tests
