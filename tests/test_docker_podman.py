@@ -34,8 +34,11 @@ def podman_file(work):
 
 @pytest.fixture(scope="module")
 def podman_release(work) -> dict:
-    """cpu-smoke built and released with Podman. It needs no `first`: the file runs first in the suite, so its
-    Podman build runs while the other worker builds `first` with Docker; this worker's `first` comes after."""
+    """cpu-smoke built and released with Podman. It needs no `first`: the file is handed out first in the suite,
+    so its Podman build runs while the other worker builds `first` with Docker. This worker's `first` comes
+    after it (the test below asks for it in its body: a session fixture named among a test's arguments is set
+    up before any module fixture, whatever the order; so its Docker build ran first, beside the other worker's
+    build of the same layers, where BuildKit runs each step once for both and the Podman build waited)."""
     assert shutil.which("podman"), "podman is not installed: scripts/setup-test-host.sh installs it"
     proc = imgbuild(work, "build", "stack=cpu-smoke", "-f", str(podman_file(work)), "--engine", "podman",
                     "--date", "2026.12.06", timeout=2400)
@@ -43,7 +46,8 @@ def podman_release(work) -> dict:
     return {"proc": proc, "report": reports(work)[-1]}
 
 
-def test_the_seed_stack_is_built_checked_and_released_with_podman(podman_release, first):
+def test_the_seed_stack_is_built_checked_and_released_with_podman(podman_release, request):
+    first = request.getfixturevalue("first")   # after podman_release: see its docstring
     out = podman_release["proc"].stdout
     assert "(Buildah, no daemon)" in out and "ok: 1 stack(s) released; 4 layer image(s) built, 0 reused" in out, out[-3000:]
     nodes = podman_release["report"]["nodes"]
