@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from builder import __version__
@@ -234,8 +235,9 @@ def _without_removed(checks: tuple, layer: LayerDef) -> tuple:
 
 
 def _dist_name(requirement: str) -> str:
-    """A requirement's distribution name (NAME==1.0, NAME @ git+URL, NAME), as pip compares them."""
-    return canonicalize_name(re.split(r"[\s\[<>=!~;@(]", requirement.strip(), maxsplit=1)[0])
+    """A requirement's distribution name (NAME==1.0, NAME @ git+URL, NAME), read as the requirements check
+    reads it (builder/ship/checks: packaging's Requirement) and compared as pip compares names."""
+    return canonicalize_name(Requirement(requirement).name)
 
 
 PARAM_REF = re.compile(r"\{param:([A-Za-z_][A-Za-z0-9_]*)\}")
